@@ -1,0 +1,29 @@
+"""pytest-pallas-hints: the pytest plugin and test helpers of the Pallas exercises.
+
+Test files use::
+
+    from pytest_pallas_hints import chapter, check, lowers_for_tpu, run
+
+Imports are lazy so that loading the plugin (every pytest start, even
+``pytest --help``) does not import JAX or NumPy.
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "chapter": "chapters",
+    "check": "checking",
+    "lowers_for_tpu": "checking",
+    "run": "checking",
+    "Mismatch": "checking",
+    "Rng": "checking",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,125 @@
+"""What test files call: ``run`` a learner function, ``check`` its output, check
+that it ``lowers_for_tpu``, and draw seeded inputs from ``Rng``.
+
+``check`` does not print; it raises ``Mismatch``, an ``AssertionError`` that
+carries both arrays, so the plugin can say *how* they differ (shape, NaN,
+which blocks, a constant factor, a known wrong answer) instead of dumping
+numbers.
+"""
+from __future__ import annotations
+
+import functools
+import zlib
+from typing import Callable, Mapping
+
+import numpy as np
+
+from . import diagnose, runtime
+from .chapters import ChapterImportError
+
+# (rtol, atol relative to the largest |expected|) per dtype of the expected output.
+TOLERANCE = {"float64": 1e-9, "float32": 2e-5, "float16": 2e-3, "bfloat16": 2e-2}
+
+
+class Mismatch(AssertionError):
+    """An output that differs from the expected one; ``findings()`` says how."""
+
+    def __init__(self, yours, expected, *, name: str, blocks, axes, likely, tolerance: float):
+        self.yours, self.expected = yours, expected
+        self.name, self.blocks, self.axes, self.tolerance = name, blocks, axes, tolerance
+        self._likely = likely
+        super().__init__(f"{name} differs from the expected value")
+
+    def findings(self) -> list[diagnose.Finding]:
+        likely = {k: np.asarray(v() if callable(v) else v) for k, v in (self._likely or {}).items()}
+        return diagnose.compare(self.yours, self.expected, name=self.name, blocks=self.blocks,
+                                axes=self.axes, likely=likely, tolerance=self.tolerance)
+
+    def __str__(self) -> str:
+        return "\n".join(diagnose.render(self.findings()))
+
+
+class LoweringFailed(AssertionError):
+    """The kernel runs in interpret mode but would not compile for a TPU."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+        super().__init__(f"does not lower for TPU: {error}")
+
+
+def check(yours, expected, *, blocks=None, axes: str | None = None,
+          likely: Mapping[str, object] | None = None, tolerance: float | None = None,
+          name: str = "output") -> None:
+    """Passes if ``yours`` has the shape, dtype and values of ``expected``.
+
+    blocks:    the output's block shape (None for a full dim), for the block map;
+    axes:      a letter per output dim for the block map's labels, e.g. "B N T H";
+    likely:    known wrong answers, name -> array (or a function returning one,
+               evaluated only on failure); a match is named by the puzzle's words;
+    tolerance: relative tolerance, default by dtype (TOLERANCE).
+    """
+    yours_np, expected_np = np.asarray(yours), np.asarray(expected)
+    if tolerance is None:
+        tolerance = TOLERANCE.get(expected_np.dtype.name, 0.0)
+    if (yours_np.shape == expected_np.shape and yours_np.dtype == expected_np.dtype
+            and diagnose.close(yours_np, expected_np, tolerance).all()):
+        return
+    raise Mismatch(yours_np, expected_np, name=name, blocks=blocks, axes=axes,
+                   likely=likely, tolerance=tolerance)
+
+
+def run(fn: Callable, *args, **static):
+    """``fn(*args, **static)`` compiled as one program, keyword arguments static.
+
+    One compilation for the wrapper and its kernels is much faster in
+    interpret mode than running the wrapper's operations one by one.
+    """
+    import jax
+
+    return jax.jit(functools.partial(fn, **static))(*args)
+
+
+def lowers_for_tpu(fn: Callable, *args, **static) -> None:
+    """Passes if ``fn(*args, **static)`` lowers for a real TPU (Mosaic), on this machine.
+
+    ``jax.jit(fn).trace(*args).lower(lowering_platforms=("tpu",))`` runs the
+    real TPU compiler front end on CPU: it rejects, for example, block shapes
+    whose last two dims are not multiples of (8, 128).
+    """
+    import jax
+
+    with runtime.compiled_for_tpu():
+        try:
+            jax.jit(functools.partial(fn, **static)).trace(*args).lower(
+                lowering_platforms=("tpu",))
+        except (NotImplementedError, AssertionError, ChapterImportError):
+            raise
+        except Exception as error:
+            raise LoweringFailed(error) from error
+
+
+class Rng:
+    """Seeded NumPy inputs for one test; the seed is printed when the test fails."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self._gen = np.random.default_rng(seed)
+
+    @classmethod
+    def for_test(cls, test_name: str) -> "Rng":
+        return cls(zlib.crc32(test_name.encode()) % 10_000)
+
+    def normal(self, shape, dtype="float32", scale: float = 1.0) -> np.ndarray:
+        return _as(self._gen.standard_normal(shape) * scale, dtype)
+
+    def uniform(self, shape, low: float = 0.0, high: float = 1.0, dtype="float32"):
+        return _as(self._gen.uniform(low, high, shape), dtype)
+
+    def integers(self, shape, low: int, high: int, dtype="int32"):
+        return _as(self._gen.integers(low, high, shape), dtype)
+
+
+def _as(values, dtype) -> np.ndarray:
+    import jax.numpy as jnp  # knows "bfloat16"
+
+    return np.asarray(values).astype(jnp.dtype(dtype))

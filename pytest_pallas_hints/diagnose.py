@@ -1,0 +1,414 @@
+"""The diagnosis engine: pure functions from a failure to findings.
+
+``compare(yours, expected, ...)`` looks at two arrays; ``explain(error, ...)``
+looks at an exception. Both return ``Finding``s, most specific first. A
+finding has a ``kind`` (a stable word that hints files attach their own
+sentences to), the facts it rests on (rows such as ``shape`` or ``blocks``),
+and the engine's own sentence, used when the puzzle has none for that kind.
+
+Nothing here knows about pytest; ``render`` turns findings into the text the
+plugin prints.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+LABEL_WIDTH = 11
+WRAP = 78
+
+
+@dataclasses.dataclass
+class Finding:
+    kind: str
+    says: str = ""
+    facts: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    where: str = ""  # "exercises/basics.py:12" when a source line is known
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Finding":
+        return cls(kind=data["kind"], says=data["says"],
+                   facts=[tuple(f) for f in data["facts"]], where=data["where"])
+
+
+# ---------------------------------------------------------------- arrays ---
+
+def close(yours: np.ndarray, expected: np.ndarray, tolerance: float) -> np.ndarray:
+    """Elementwise: within ``tolerance`` relative to the value and to the largest |expected|."""
+    y, e = _f64(yours), _f64(expected)
+    scale = float(np.max(np.abs(e), initial=0.0)) or 1.0
+    return np.abs(y - e) <= tolerance * (np.abs(e) + scale)
+
+
+def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", blocks=None,
+            axes: str | None = None, likely: dict | None = None,
+            tolerance: float = 2e-5) -> list[Finding]:
+    """How ``yours`` differs from ``expected``, most specific finding first."""
+    shape_row = ("shape", f"expected {_shape(expected)} · yours {_shape(yours)}")
+    if yours.shape != expected.shape:
+        return [_shape_finding(yours, expected, shape_row)]
+
+    findings: list[Finding] = []
+    facts = [shape_row]
+    if yours.dtype != expected.dtype:
+        findings.append(Finding("dtype", (
+            f"{name} should be {expected.dtype} but is {yours.dtype}: out_shape's dtype "
+            "sets the output's dtype, and a value is cast with .astype(o_ref.dtype) "
+            "before it is stored.")))
+    bad = ~close(yours, expected, tolerance)
+    if not bad.any():
+        if findings:
+            findings[0].facts = facts
+        return findings
+
+    y, e = _f64(yours), _f64(expected)
+    grid = _BlockGrid(expected.shape, blocks, axes) if blocks is not None else None
+    nan = np.isnan(y) & ~np.isnan(e)
+    tail = grid.tail_axis(bad) if grid is not None else None
+    facts += _error_rows(y, e, bad, nan, grid)
+
+    for key, wrong_answer in (likely or {}).items():
+        if wrong_answer.shape == expected.shape and close(yours, wrong_answer, tolerance).all():
+            findings.insert(0, Finding(key, f"your {name} matches a known wrong answer "
+                                            f"({key.replace('_', ' ')})."))
+    if nan.any():
+        findings.append(_nan_finding(nan, bad, grid, tail))
+    if not np.any(y) and np.any(e):
+        findings.append(Finding("zeros", (
+            f"your {name} is all zeros: was anything stored? A kernel writes its "
+            "result with o_ref[...] = value.")))
+    factor = _constant_factor(y, e, tolerance)
+    if factor is not None:
+        findings.append(Finding("scaled", (
+            f"right up to a constant factor: yours = {_name_factor(factor)} × expected. "
+            "A scale applied twice, or not at all?")))
+    if _looks_transposed(y, e, tolerance):
+        findings.append(Finding("transposed", (
+            f"your {name} equals the transpose of the expected one: are the grid axes "
+            "or an index map's (i, j) swapped?")))
+    if tail is not None and not nan.any():
+        findings.append(Finding("tail", (
+            f"only the last block along dim {tail} is wrong, the one that hangs off the "
+            "end of the array: its out-of-range part holds garbage; mask it "
+            "(iota + program_id) before it mixes with real values.")))
+    side = _diagonal_side(bad)
+    if side:
+        findings.append(Finding(f"{side}_diagonal", (
+            f"the wrong values sit {side} the diagonal of the last two dims: "
+            "is a mask comparing rows and columns off by one (< against <=)?")))
+    if grid is not None and 0 < grid.wrong(bad).sum() < grid.count:
+        findings.append(Finding("blocks", (
+            "only some output blocks are wrong: compare the program ids of the wrong "
+            "blocks with the right ones (an index map, or a pl.when condition).")))
+    findings.append(Finding("values", f"the values of {name} are wrong."))
+    findings[0].facts = facts + findings[0].facts
+    return findings
+
+
+def _shape_finding(yours, expected, shape_row) -> Finding:
+    if yours.ndim == expected.ndim >= 2 and yours.shape[-2:] == expected.shape[-1:-3:-1]:
+        return Finding("transposed", (
+            "your output has the last two dims swapped: check out_shape, and the order "
+            "of the grid axes against the index maps."), [shape_row])
+    return Finding("shape", (
+        "the output shape is wrong: out_shape decides it (and any reshape after "
+        "the pallas_call)."), [shape_row])
+
+
+def _nan_finding(nan: np.ndarray, bad: np.ndarray, grid, tail: int | None) -> Finding:
+    if tail is not None:
+        return Finding("nan", (
+            f"the NaNs sit in the last block along dim {tail}, which hangs off the end of "
+            "the array. Rows past the end hold garbage (NaN in interpret mode): mask them "
+            "with iota + program_id and jnp.where (NaN * 0 is still NaN)."))
+    if grid is not None and grid.count > 1:
+        wrong = grid.wrong(bad)
+        if 0 < wrong.sum() < grid.count and grid.wrong(nan).sum() == wrong.sum() \
+                and _whole_blocks(nan, grid, wrong):
+            return Finding("unwritten", (
+                "some output blocks are entirely NaN: they were never written. Does the "
+                "grid have a step for every output block, and do the output index maps "
+                "reach each one?"))
+    return Finding("nan", (
+        "NaN where a number was expected. Interpret mode fills fresh buffers with NaN, "
+        "so this is uninitialised memory: a scratch or output buffer read before it was "
+        "written (initialise it under pl.when(... == 0)), or a DMA buffer read before "
+        "its wait()."))
+
+
+def _whole_blocks(nan: np.ndarray, grid, wrong: np.ndarray) -> bool:
+    """True when every element of every wrong block is NaN."""
+    return int(nan.sum()) == sum(
+        int(np.prod([min(b, s - i * b) for i, b, s in zip(ix, grid.blocks, grid.shape)]))
+        for ix in np.argwhere(wrong))
+
+
+def _error_rows(y, e, bad, nan, grid) -> list[tuple[str, str]]:
+    in_blocks = (f" in {int(grid.wrong(bad).sum())} of {grid.count} output blocks"
+                 if grid is not None and grid.count > 1 else "")
+    rows = []
+    finite = bad & ~nan
+    if finite.any():
+        diff = np.where(finite, np.abs(y - e), -1.0)
+        at = np.unravel_index(int(np.argmax(diff)), diff.shape)
+        rows.append(("error", f"max |yours - expected| = {diff[at]:.3g} at "
+                              f"{tuple(int(i) for i in at)}; {int(finite.sum())} of "
+                              f"{bad.size} values wrong" + ("" if nan.any() else in_blocks)))
+    if nan.any():
+        rows.append(("nan", f"{int(nan.sum())} of {nan.size} values are NaN" + in_blocks))
+    if grid is not None and grid.count > 1:
+        rows.append(grid.render_map(grid.wrong(bad)))
+    return rows
+
+
+def _constant_factor(y, e, tolerance) -> float | None:
+    ee = float(np.vdot(e, e))
+    if not np.isfinite(y).all() or ee == 0:
+        return None
+    c = float(np.vdot(y, e)) / ee
+    if abs(c - 1) < 1e-3 or c == 0 or not close(y, c * e, max(tolerance, 1e-4) * 10).all():
+        return None
+    return c
+
+
+def _name_factor(c: float) -> str:
+    """0.125 -> '0.125 = 1/8 = 1/sqrt(64)'; 2.0 -> '2'."""
+    text = f"{c:.4g}"
+    for value, prefix in ((abs(c), ""), (1 / abs(c), "1/")):
+        sign = "-" if c < 0 else ""
+        if value > 1.001 and abs(value - round(value)) < 1e-3 * value:
+            n = round(value)
+            name = f"{sign}{prefix}{n}" if prefix else f"{sign}{n}"
+            return name if name == text else f"{text} = {name} = {sign}{prefix}sqrt({n * n})"
+        squared = value * value
+        if value > 1.001 and abs(squared - round(squared)) < 1e-3 * squared:
+            return f"{text} = {sign}{prefix}sqrt({round(squared)})"
+    return text
+
+
+def _looks_transposed(y, e, tolerance) -> bool:
+    if y.ndim < 2 or y.shape[-1] != y.shape[-2] or y.shape[-1] < 2:
+        return False
+    return bool(close(np.swapaxes(y, -1, -2), e, tolerance).all())
+
+
+def _diagonal_side(bad: np.ndarray) -> str | None:
+    if bad.ndim < 2 or min(bad.shape[-2:]) < 2 or bad.all():
+        return None
+    rows, cols = np.nonzero(bad.reshape(-1, *bad.shape[-2:]).any(axis=0))
+    if np.all(cols > rows):
+        return "above"
+    if np.all(cols < rows):
+        return "below"
+    if np.all(cols == rows):
+        return "on"
+    return None
+
+
+class _BlockGrid:
+    """The output cut into blocks, for the map of which blocks are wrong."""
+
+    def __init__(self, shape, blocks, axes):
+        blocks = tuple(shape[d] if b is None else b for d, b in enumerate(blocks))
+        self.shape, self.blocks = tuple(shape), blocks
+        self.counts = tuple(-(-s // b) for s, b in zip(shape, blocks))
+        self.count = math.prod(self.counts)
+        self.axes = axes.split() if axes else [f"dim{d}" for d in range(len(shape))]
+
+    def wrong(self, bad: np.ndarray) -> np.ndarray:
+        padded = np.zeros([c * b for c, b in zip(self.counts, self.blocks)], dtype=bool)
+        padded[tuple(slice(0, s) for s in self.shape)] = bad
+        split = []
+        for c, b in zip(self.counts, self.blocks):
+            split += [c, b]
+        return padded.reshape(split).any(axis=tuple(range(1, 2 * len(self.shape), 2)))
+
+    def tail_axis(self, bad: np.ndarray) -> int | None:
+        wrong = self.wrong(bad)
+        for d, (s, b, c) in enumerate(zip(self.shape, self.blocks, self.counts)):
+            if s % b and wrong.any() and not np.take(wrong, range(c - 1), axis=d).any():
+                return d
+        return None
+
+    def render_map(self, wrong: np.ndarray) -> tuple[str, str]:
+        """Rows: blocks along the second-to-last dim; columns: the other dims."""
+        rank = len(self.shape)
+        row_dim = rank - 2 if rank >= 2 and self.counts[-2] > 1 else None
+        col_dims = [d for d in range(rank) if d != row_dim and self.counts[d] > 1]
+        table = np.moveaxis(wrong, [d for d in [row_dim] if d is not None], [0]) \
+            if row_dim is not None else wrong[None]
+        table = table.reshape(table.shape[0], -1)
+        if table.shape[0] > 16 or table.shape[1] > 24:
+            bad = [tuple(int(i) for i in ix) for ix in np.argwhere(wrong)[:8]]
+            return ("blocks", f"wrong blocks (block index per dim): {bad}"
+                    + (" ..." if wrong.sum() > 8 else ""))
+        cols = "·".join(self.axes[d] for d in col_dims) or "-"
+        corner = f"{self.axes[row_dim]}\\{cols}" if row_dim is not None else cols
+        width = max(len(corner), len(str(table.shape[0] - 1))) + 1
+        lines = [corner.ljust(width) + "".join(f"{j:>3}" for j in range(table.shape[1]))]
+        for i, row in enumerate(table):
+            label = str(i) if row_dim is not None else ""
+            lines.append(label.ljust(width) + "".join(f"{'✗' if w else '✓':>3}" for w in row))
+        return ("blocks", "\n".join(lines))
+
+
+# ------------------------------------------------------------ exceptions ---
+
+def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path,
+            chapter_files: tuple[str, ...] = ("exercises", "reference", "mistakes")) -> Finding:
+    """What an exception raised by a test means, pointed at the learner's line.
+
+    ``frames``: (filename, line number, source line) of the traceback, outermost
+    first; the innermost frame in a chapter file is the learner's line.
+    """
+    text = f"{type(error).__name__}: {error}"
+    where, code = _learner_line(frames, root, chapter_files)
+    kind = type(error).__name__
+    for pattern, name, says in _ERRORS:
+        match = re.search(pattern, text, re.S)
+        if match:
+            finding = Finding(name, says.format(*match.groups()), where=where)
+            message = _line_at(text, match.start())
+            break
+    else:
+        message = _line_at(text, 0)
+        finding = Finding("error", f"{message}", where=where)
+    if finding.kind in _QUIET:
+        return finding
+    if finding.kind not in _SELF_EXPLAINED:
+        finding.facts.append(("error", message if len(message) < 300 else message[:297] + "..."))
+    if finding.kind == "race":
+        sites = re.findall(r"(\S+\.py):(\d+)(?::\d+)? \((\w+)\)", text)
+        finding.facts.append(("race", "\n".join(
+            f"{Path(f).name}:{line} in {fn}()" for f, line, fn in dict.fromkeys(sites))))
+    elif finding.kind == "broken_chapter":
+        finding.facts.append(("import", str(error)))
+    elif where and code:
+        finding.facts.append(("at", f"{where}   {code.strip()}"))
+    return finding
+
+
+_QUIET = {"not_started"}                       # one line, no facts
+_SELF_EXPLAINED = {"traced_if", "race", "hang", "broken_chapter"}
+
+
+def _line_at(text: str, position: int) -> str:
+    """The whole line of ``text`` around ``position``, without JAX's wrapper prefixes."""
+    start = text.rfind("\n", 0, position) + 1
+    end = text.find("\n", position)
+    line = text[start:end if end >= 0 else None].strip()
+    return re.sub(r"^(?:\w+Error: )?(?:INTERNAL: )?(?:CpuCallback error.*?: )?", "", line) or line
+
+
+def _learner_line(frames, root, chapter_files):
+    for filename, lineno, code in reversed(frames):
+        path = Path(filename)
+        if path.parent.name in chapter_files or path.parent.parent.name in chapter_files:
+            if path.name.startswith("test_"):
+                continue
+            try:
+                shown = path.resolve().relative_to(root.resolve())
+            except ValueError:
+                shown = path
+            return f"{shown.as_posix()}:{lineno}", code or ""
+    return "", ""
+
+
+# (regex over "Type: message", kind, sentence with {0}.. from the regex groups)
+_ERRORS = [
+    (r"^NotImplementedError", "not_started", "not started"),
+    (r"^ChapterImportError", "broken_chapter",
+     "this chapter's file does not import, so none of its puzzles can run: fix the line "
+     "named above (the other chapters still run)."),
+    (r"^RaceDetected", "race",
+     "two accesses to one buffer, at least one a write, are not ordered: a DMA's "
+     "destination read (or its source overwritten) before .wait(), or a buffer reused "
+     "while a copy into it is in flight."),
+    (r"KernelTimeout.*(?:dma_wait|semaphore_wait|sem.wait|\.wait\()", "hang",
+     "the kernel never finished: it waits on a DMA or semaphore that nothing starts or "
+     "signals. Every .wait() needs a matching .start() on the same semaphore."),
+    (r"KernelTimeout: no result after (\S+) s", "hang",
+     "no result after {0} s: a loop that never ends, or a wait on a DMA or semaphore "
+     "that nothing starts or signals."),
+    (r"^(?:TracerBoolConversionError|ConcretizationTypeError|TracerIntegerConversionError)",
+     "traced_if",
+     "Python `if`, `bool()`, `and`/`or` or `int()` on a traced value: inside a kernel, "
+     "values are only known when it runs. Use pl.when(cond) for code that runs "
+     "conditionally, jnp.where(cond, a, b) for values, lax.cond for branches."),
+    (r"Index map function .*? must return (\d+) values .*?Currently returning (\d+) values",
+     "index_map_arity",
+     "an index map returns {1} block indices but its block has {0} dims: return one "
+     "block index per dim of the block (a tuple, even for one dim)."),
+    (r"Index map function .*? must return integer scalars", "index_map_arity",
+     "an index map must return integer block indices (use // not /)."),
+    (r"Invalid shape for `swap`\. Ref shape: (\([^)]*\))\..*?Value shape: (\([^)]*\))",
+     "store_shape",
+     "you stored a value of shape {1} into a ref of shape {0}: a store must match the "
+     "ref's block shape (keepdims=True on a reduction, or index the ref)."),
+    (r"Invalid dtype for `swap`\. Ref dtype: (\w+)\. Value dtype: (\w+)", "store_dtype",
+     "you stored a {1} value into a {0} ref: cast it first, value.astype(o_ref.dtype)."),
+    (r"Out-of-bounds block index (\([^)]*\)) for (?:input|output) \"(\w+)\" in iteration "
+     r"(\([^)]*\))", "out_of_bounds",
+     "at grid step {2}, the index map of {1} asks for block {0}, which lies outside the "
+     "array. Index maps return block indices (element offset // block size), not "
+     "element offsets."),
+    (r"(?:IndexError|out of bounds|Out-of-bounds)", "out_of_bounds",
+     "a read past the end of a buffer: check the slice bounds against the ref's shape."),
+    (r"^LoweringFailed.*divisible by 8 and 128.*?for (\S+) in pallas_call.*?block shape "
+     r"(\(.*?\)), array shape (\(.*?\))", "lowering",
+     "this would not compile for a TPU: the last two dims of a block must be multiples "
+     "of (8, 128), or equal the array's dims. {0} has block {1} on an array of shape "
+     "{2}."),
+    (r"^LoweringFailed: does not lower for TPU: (.*)", "lowering",
+     "this runs in interpret mode but would not compile for a TPU: {0}"),
+]
+
+
+# --------------------------------------------------------------- render ---
+
+def render(findings: list[Finding], words: dict[str, str] | None = None) -> list[str]:
+    """Fact rows, then one ``diagnosis`` sentence: the puzzle's own words for the most
+    specific finding that has them, else the engine's sentence for the first."""
+    if not findings:
+        return []
+    rows = [row for f in findings for row in f.facts]
+    words = words or {}
+    chosen = next((words[f.kind] for f in findings if f.kind in words), findings[0].says)
+    lines = []
+    for label, text in rows + [("diagnosis", chosen)]:
+        lines += _row(label, text)
+    return lines
+
+
+_UNWRAPPED = {"blocks", "at", "race"}
+
+
+def _row(label: str, text: str) -> list[str]:
+    pad = " " * LABEL_WIDTH
+    out = []
+    for n, para in enumerate(text.split("\n")):
+        wrapped = [para] if label in _UNWRAPPED else _wrap(para, WRAP - LABEL_WIDTH)
+        for m, piece in enumerate(wrapped):
+            head = label.ljust(LABEL_WIDTH) if n == 0 and m == 0 else pad
+            out.append(head + piece)
+    return out
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width) or [""]
+
+
+def _shape(a: np.ndarray) -> str:
+    return f"{tuple(a.shape)} {a.dtype}"
+
+
+def _f64(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64)

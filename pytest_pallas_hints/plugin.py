@@ -1,0 +1,345 @@
+"""pytest-pallas-hints: the plugin behind the Pallas exercises.
+
+Read top to bottom, this module is the table of contents:
+
+  options        --hint[=N], --reference, --no-scoreboard, --pallas-timeout
+  configure      resolve options once; register the run when the kit is here
+  setup          skip tpu/gpu tests without the hardware; else TPU interpret mode
+  call           fail on a race, or on a kernel that never finishes
+  makereport     turn each failure into findings (diagnose.py)
+  summary        failures grouped by puzzle, hints, the scoreboard
+  sessionfinish  the progress file (controller only, never under --reference)
+
+It stays inert outside a kit (no ``exercises/hints/`` under the rootdir) and
+never imports JAX at import time.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import traceback
+from pathlib import Path
+
+import pytest
+
+from . import catalogue, chapters, diagnose, scoreboard
+
+HARDWARE_MARKS = ("tpu", "gpu")
+DEFAULT_TIMEOUT = 120.0
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("pallas", "Pallas exercises")
+    group.addoption(
+        "--hint", action="store", default=None, metavar="N",
+        help="for each failing puzzle, print its next hint. Bare --hint goes one "
+             "level further each run on which the puzzle still fails; --hint=N "
+             "prints levels 1..N (1: the idea, 2: a skeleton, 3: the solution).")
+    group.addoption(
+        "--reference", action="store_true", default=False,
+        help="run the tests against the solutions in reference/ instead of "
+             "exercises/ (for maintainers and CI; progress is not recorded).")
+    group.addoption(
+        "--no-scoreboard", action="store_true", default=False,
+        help="do not print the progress scoreboard at the end of the run.")
+    group.addoption(
+        "--pallas-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+        help="fail a puzzle test that runs longer than this, e.g. a kernel waiting "
+             f"on a DMA nobody started (default {DEFAULT_TIMEOUT:g}; 0 turns it off).")
+    group.addoption(
+        "--pallas-patch", action="append", default=[], metavar="FILE",
+        help="(kit maintainers) load FILE over its chapter module, e.g. a known "
+             "mistake from tests/mistakes/<chapter>/, to check it is diagnosed.")
+
+
+def pytest_load_initial_conftests(early_config, parser, args):
+    """Lets a bare ``--hint`` stand before a path: ``--hint`` -> ``--hint=next``."""
+    for i, arg in enumerate(args):
+        if arg == "--hint":
+            nxt = args[i + 1] if i + 1 < len(args) else ""
+            if nxt.isdigit():
+                args[i:i + 2] = [f"--hint={nxt}"]
+            else:
+                args[i] = "--hint=next"
+
+
+def pytest_configure(config):
+    for line in ("puzzle(id): the puzzle this test checks, e.g. puzzle('basics.add_one')",
+                 "tpu: runs only where a TPU is detected (kernels compiled, not interpreted)",
+                 "gpu: runs only where an NVIDIA GPU is detected"):
+        config.addinivalue_line("markers", line)
+    hint = _hint_option(config.getoption("hint"))
+    root = Path(config.rootpath)
+    if not catalogue.is_kit(root):
+        return
+    if config.getoption("reference") and not (root / "reference").is_dir():
+        raise pytest.UsageError("--reference: this copy of the kit has no reference/ "
+                                "folder (a classroom copy ships without solutions).")
+    try:
+        kit = catalogue.load(root)
+    except catalogue.CatalogueError as error:
+        raise pytest.UsageError(str(error)) from None
+    chapters.configure("reference" if config.getoption("reference") else "exercises",
+                       config.getoption("pallas_patch"))
+    config.pluginmanager.register(PallasRun(config, root, kit, hint), "pallas-run")
+
+
+def pytest_unconfigure(config):
+    chapters.configure("exercises")
+
+
+@pytest.fixture
+def rng(request):
+    """Seeded input generator for one test; the seed appears in failure reports."""
+    from .checking import Rng
+
+    return Rng.for_test(request.node.name)
+
+
+def _hint_option(value):
+    """None (no hints), "next" (bare --hint) or a level 1..3; else a usage error."""
+    if value in (None, "next"):
+        return value
+    if value.isdigit() and 1 <= int(value) <= catalogue.HINT_LEVELS:
+        return int(value)
+    raise pytest.UsageError(
+        f"--hint={value}: give a level from 1 to {catalogue.HINT_LEVELS} "
+        "(1: the idea, 2: a skeleton, 3: the solution), or bare --hint for the next one.")
+
+
+class PallasRun:
+    """The hooks that act in a run of the kit's tests (registered by pytest_configure)."""
+
+    def __init__(self, config, root: Path, kit: dict, hint):
+        self.config, self.root, self.kit, self.hint = config, root, kit, hint
+        self.puzzles = catalogue.puzzles(kit)
+        self.reference = config.getoption("reference")
+        self.timeout = config.getoption("pallas_timeout")
+        self.raw = config.getoption("verbose") > 0 or config.getoption("tbstyle") != "auto"
+        self.reports: list[dict] = []
+        self.progress, self.warning = None, None
+        self.hint_levels: dict[str, list[int]] = {}
+
+    # -- collection: how many tests each puzzle has, before -k deselects any
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items):
+        counts: dict[str, int] = {}
+        for item in items:
+            puzzle_id = _puzzle_of(item)
+            if puzzle_id and not _hardware_mark(item):
+                counts[puzzle_id] = counts.get(puzzle_id, 0) + 1
+        for item in items:
+            puzzle_id = _puzzle_of(item)
+            if puzzle_id and puzzle_id not in self.puzzles:
+                raise pytest.UsageError(f"{item.nodeid}: puzzle {puzzle_id!r} is not in any "
+                                        "exercises/hints/*.toml file")
+            item.stash[_COUNT] = counts.get(puzzle_id, 0)
+
+    # -- setup: hardware gating, and interpret mode where there is no TPU
+    def pytest_runtest_setup(self, item):
+        from . import runtime
+
+        kind = _hardware_mark(item)
+        if kind and not runtime.has(kind):
+            pytest.skip(f"needs a {kind.upper()}: none detected here "
+                        f"(jax.devices() shows {', '.join(sorted(runtime.platforms()))})")
+        runtime.use_interpret_mode_if_no_tpu()
+
+    # -- call: races and hangs become failures
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        if not (_puzzle_of(item) or "exercises" in item.path.parts):
+            return (yield)
+        from . import runtime
+
+        with runtime.watch(self.timeout):
+            return (yield)
+
+    # -- makereport: every failure of a puzzle test becomes findings
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        report = yield
+        puzzle_id = _puzzle_of(item)
+        if not puzzle_id or not (report.when == "call" or report.failed or report.skipped):
+            return report
+        data = {"puzzle": puzzle_id, "nodeid": report.nodeid, "of": item.stash.get(_COUNT, 0),
+                "outcome": report.outcome, "config": _config_label(item),
+                "seed": getattr(item.funcargs.get("rng"), "seed", None),
+                "needs": _hardware_mark(item) if report.skipped else None}
+        if report.failed and call.excinfo is not None:
+            findings, dtype = _findings(call.excinfo, self.root)
+            data["findings"] = [f.to_dict() for f in findings]
+            data["dtype"] = dtype
+            if not self.raw:
+                report.longrepr = "\n".join(self._failure_lines(data))
+        report.pallas = data
+        return report
+
+    def pytest_runtest_logreport(self, report):
+        data = getattr(report, "pallas", None)
+        if data:
+            self.reports.append(data)
+
+    # -- sessionfinish: fold this run into the progress file
+    def pytest_sessionfinish(self, session):
+        if not self.reports or self._is_worker():
+            return
+        self.progress, self.warning = scoreboard.load(self.root)
+        runs, _ = scoreboard.tally(self.reports)
+        self.hint_levels = self._hint_levels(runs)
+        if self.reference:
+            return
+        chapter_of = {pid: p.chapter for pid, p in self.puzzles.items()}
+        scoreboard.record(self.progress, runs, chapter_of, datetime.date.today().isoformat())
+        try:
+            scoreboard.save(self.root, self.progress)
+        except OSError as error:
+            self.warning = f"pallas: could not save progress ({error})"
+
+    # -- summary: pytest's own sections first, then ours
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.reports and self._every_failure_is_diagnosed(terminalreporter):
+            self.config.option.tbstyle = "no"  # our diagnoses replace the tracebacks
+            if self.config.option.reportchars == "fE":
+                terminalreporter.reportchars = terminalreporter.reportchars.replace("f", "")
+        result = yield
+        if self.reports and self.progress is not None:
+            self._write_summary(terminalreporter)
+        return result
+
+    def _write_summary(self, tr):
+        runs, hardware = scoreboard.tally(self.reports)
+        failing = [p for p in self.puzzles.values()
+                   if p.id in runs and runs[p.id].failed]
+        if self.warning:
+            tr.write_line(self.warning, yellow=True)
+        if failing:
+            id_width = max(len(p.id) for p in failing)
+            tr.write_sep("=", "Pallas puzzles", red=True)
+            for puzzle in failing:
+                run = runs[puzzle.id]
+                lines = self._failure_lines(run.first_failure, id_width)
+                if run.failed > 1 and run.status != "not_started":
+                    more = run.failed - 1
+                    lines.append(f"  {'also':<{diagnose.LABEL_WIDTH}}{more} more test"
+                                 f"{'s' if more > 1 else ''} of this puzzle fail"
+                                 f"{'' if more > 1 else 's'}")
+                for level in self.hint_levels.get(puzzle.id, []):
+                    lines += self._hint_lines(puzzle, level)
+                for line in lines:
+                    tr.write_line(line)
+                if lines and not lines[0].startswith("·"):
+                    tr.write_line("")
+        if self.config.getoption("no_scoreboard"):
+            return
+        title = "Pallas exercises (reference solutions)" if self.reference else "Pallas exercises"
+        tr.write_sep("-", "progress")
+        for i, line in enumerate(scoreboard.render(self.kit, self.progress, runs, hardware,
+                                                   self._command, title)):
+            tr.write_line(line, bold=i == 0)
+
+    # -- the pieces
+    def _failure_lines(self, data: dict, id_width: int = 0) -> list[str]:
+        puzzle = self.puzzles[data["puzzle"]]
+        findings = [diagnose.Finding.from_dict(f) for f in data.get("findings", [])]
+        if findings and findings[0].kind == "not_started":
+            where = f" — edit {findings[0].where}" if findings[0].where else ""
+            return [f"· {puzzle.id:<{id_width}}  not started{where}"]
+        label = ", ".join(str(x) for x in (data.get("config"), data.get("dtype"),
+                                           data.get("seed") is not None and
+                                           f"seed {data['seed']}") if x)
+        lines = [f"✗ {puzzle.id}  [{label}]" if label else f"✗ {puzzle.id}"]
+        lines += ["  " + line for line in diagnose.render(findings, puzzle.say)]
+        if self.hint is None:
+            level = self._next_hint_level(puzzle)
+            lines.append(f"  {'more':<{diagnose.LABEL_WIDTH}}{self._command(puzzle)}"
+                         f"   (hint {level} of {catalogue.HINT_LEVELS})")
+        return lines
+
+    def _hint_lines(self, puzzle, level: int) -> list[str]:
+        title = {1: "the idea", 2: "a skeleton", 3: "the solution"}[level]
+        text = catalogue.hint(self.root, puzzle, level)
+        if level == 3 and catalogue.solution_source(self.root, puzzle) is not None:
+            text = _highlight(self.config, text)
+        return [f"  hint {level} of {catalogue.HINT_LEVELS} · {title}"] + [
+            "    " + line if line else "" for line in text.splitlines()]
+
+    def _hint_levels(self, runs) -> dict[str, list[int]]:
+        """Which hint levels to show per failing puzzle; a bare --hint moves one on."""
+        if self.hint is None:
+            return {}
+        levels = {}
+        for puzzle_id, run in runs.items():
+            if not run.failed:
+                continue
+            entry = self.progress["puzzles"].setdefault(puzzle_id, {})
+            if self.hint == "next":
+                level = min(entry.get("hint", 0) + 1, catalogue.HINT_LEVELS)
+                levels[puzzle_id] = [level]
+            else:
+                level = self.hint
+                levels[puzzle_id] = list(range(1, level + 1))
+            entry["hint"] = max(entry.get("hint", 0), level)
+        return levels
+
+    def _next_hint_level(self, puzzle) -> int:
+        stored = (self.progress or {}).get("puzzles", {}).get(puzzle.id, {})
+        return min(stored.get("hint", 0) + 1, catalogue.HINT_LEVELS)
+
+    def _command(self, puzzle) -> str:
+        test_file = self.root / "exercises" / f"test_{puzzle.chapter}.py"
+        return f"pytest {_relative(test_file, self.config)} -k {puzzle.name} --hint"
+
+    def _every_failure_is_diagnosed(self, tr) -> bool:
+        failed = tr.stats.get("failed", [])
+        return (not self.raw and bool(failed) and not tr.stats.get("error")
+                and all(getattr(r, "pallas", None) for r in failed))
+
+    def _is_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+
+_COUNT = pytest.StashKey[int]()
+
+
+def _puzzle_of(item) -> str | None:
+    mark = item.get_closest_marker("puzzle")
+    return mark.args[0] if mark and mark.args else None
+
+
+def _hardware_mark(item) -> str | None:
+    return next((k for k in HARDWARE_MARKS if item.get_closest_marker(k)), None)
+
+
+def _config_label(item) -> str:
+    callspec = getattr(item, "callspec", None)
+    return callspec.id if callspec else ""
+
+
+def _findings(excinfo, root: Path):
+    """Findings for a failed test's exception, and the expected dtype if known."""
+    from .checking import Mismatch
+
+    error = excinfo.value
+    if isinstance(error, Mismatch):
+        return error.findings(), str(error.expected.dtype)
+    frames = [(f.filename, f.lineno, f.line or "") for f in traceback.extract_tb(excinfo.tb)]
+    return [diagnose.explain(error, frames, root)], None
+
+
+def _relative(path: Path, config) -> str:
+    try:
+        return os.path.relpath(path, config.invocation_params.dir)
+    except ValueError:
+        return str(path)
+
+
+def _highlight(config, source: str) -> str:
+    tw = config.get_terminal_writer()
+    if not tw.hasmarkup:
+        return source
+    try:
+        return tw._highlight(source, lexer="python").rstrip("\n")
+    except Exception:
+        return source

@@ -1,0 +1,177 @@
+"""Hardware detection and the simulated TPU that runs kernels on a laptop.
+
+Where no TPU is present every kernel runs in Pallas's TPU interpret mode, set
+once for the whole process, so learner code calls ``pl.pallas_call`` with no
+``interpret=`` argument exactly as on a TPU. The interpreter is configured to
+make the bugs that are silent on hardware loud on a laptop:
+
+* ``detect_races``: a read and a write of one buffer that nothing orders (a
+  DMA destination read before its ``wait()``) is reported;
+* ``uninitialized_memory="nan"``: scratch and output buffers start as NaN,
+  so a missing initialisation poisons the result instead of reading zeros;
+* ``out_of_bounds_reads="raise"``: an index map pointing past the array is
+  an error, not garbage.
+
+``watch`` wraps one test: it turns a race into a failure naming both source
+lines, and a kernel that waits forever into a failure after a time bound.
+Nothing here imports JAX at module import time (``pytest --help`` stays fast).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import signal
+import sys
+import threading
+
+# Lets the kit's own tests pretend a TPU or GPU is present: "tpu", "gpu", "cpu".
+PLATFORM_OVERRIDE_ENV = "PALLAS_HINTS_PLATFORMS"
+
+
+class RaceDetected(AssertionError):
+    """Two accesses to one buffer, at least one a write, not ordered."""
+
+    def __init__(self, reports: list[str]):
+        self.reports = reports
+        super().__init__("race detected\n" + "\n".join(reports))
+
+
+class KernelTimeout(Exception):
+    """The test ran past its time bound (raised from a SIGALRM handler)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        super().__init__(f"KernelTimeout: no result after {seconds:g} s")
+
+
+@functools.cache
+def platforms() -> frozenset[str]:
+    """The accelerator kinds present: a subset of {"tpu", "gpu", "cpu"}."""
+    override = os.environ.get(PLATFORM_OVERRIDE_ENV)
+    if override:
+        return frozenset(p.strip() for p in override.split(",") if p.strip())
+    import jax
+
+    kinds = {d.platform for d in jax.devices()}
+    return frozenset("gpu" if k in ("cuda", "rocm") else k for k in kinds)
+
+
+def has(kind: str) -> bool:
+    return kind in platforms()
+
+
+def interpret_params():
+    from jax.experimental.pallas import tpu as pltpu
+
+    return pltpu.InterpretParams(
+        detect_races=True,
+        uninitialized_memory="nan",
+        out_of_bounds_reads="raise",
+    )
+
+
+@functools.cache
+def use_interpret_mode_if_no_tpu() -> bool:
+    """Sets TPU interpret mode for the process unless a TPU is present."""
+    if has("tpu"):
+        return False
+    from jax.experimental.pallas import tpu as pltpu
+
+    pltpu.set_tpu_interpret_mode(interpret_params())
+    return True
+
+
+@contextlib.contextmanager
+def compiled_for_tpu():
+    """Inside: pallas_call lowers for a real TPU even where interpret mode is set."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    with pltpu.force_tpu_interpret_mode(None):
+        yield
+
+
+@contextlib.contextmanager
+def watch(seconds: float):
+    """Runs one test: fails it on a race, or after ``seconds`` without a result."""
+    _reset_interpreter()
+    with _recording_races() as races, _time_limit(seconds):
+        try:
+            yield
+        except BaseException:
+            _reset_interpreter()  # a failed kernel leaves the simulated TPU dirty
+            if races:
+                raise RaceDetected(races) from None
+            raise
+    if not races and _interpreter_saw_race():
+        races.append("a race (the interpreter did not say where)")
+    if races:
+        raise RaceDetected(races)
+
+
+def race_lines(report: str) -> list[str]:
+    """The source locations ("file.py:12 (fn)") named in one race report."""
+    return [f"{os.path.basename(f)}:{line} ({fn})"
+            for f, line, fn in re.findall(r"(\S+\.py):(\d+)(?::\d+)? \((\w+)\)", report)]
+
+
+def _reset_interpreter() -> None:
+    if "jax" not in sys.modules:
+        return
+    from jax.experimental.pallas import tpu as pltpu
+
+    pltpu.reset_tpu_interpret_mode_state()
+
+
+@contextlib.contextmanager
+def _recording_races():
+    """Collects the interpreter's race reports, which it prints, into a list."""
+    found: list[str] = []
+    try:
+        from jax._src.pallas.mosaic.interpret import race_detection_state as detector
+    except ImportError:  # a JAX that moved it: fall back to the races_found flag
+        yield found
+        return
+
+    def record(*args, **kwargs):
+        found.append(" ".join(str(a) for a in args).strip())
+
+    previous = vars(detector).get("print")
+    detector.print = record  # the detector reports each race with print()
+    try:
+        yield found
+    finally:
+        if previous is None:
+            del detector.print
+        else:
+            detector.print = previous
+
+
+def _interpreter_saw_race() -> bool:
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call
+    except ImportError:
+        return False
+    races = getattr(interpret_pallas_call, "races", None)
+    return bool(races is not None and races.races_found)
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    usable = (seconds and seconds > 0 and hasattr(signal, "SIGALRM")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise KernelTimeout(seconds)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

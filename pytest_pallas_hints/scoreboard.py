@@ -1,0 +1,177 @@
+"""The scoreboard printed after every run, and the progress file behind it.
+
+Per puzzle, this run's test results reduce to one status:
+
+  solved       every test of the puzzle ran and passed (hardware-only tests
+               that were skipped neither count nor block);
+  failing      at least one test failed;
+  not_started  every failure was the stub's NotImplementedError;
+  partial      some tests passed and others did not run (-k, -x): the stored
+               status stands.
+
+``.pallas_progress.json`` at the kit's root keeps statuses, the date each
+chapter last ran and the hint level reached, so the scoreboard covers the
+whole kit when only one file ran. Only the controller process writes it,
+atomically; a file that cannot be read is set aside, never fatal.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .catalogue import Chapter
+
+PROGRESS_FILE = ".pallas_progress.json"
+VERSION = 1
+BAR = 10
+
+
+@dataclasses.dataclass
+class PuzzleRun:
+    """One puzzle's tests in this run."""
+    total: int = 0                  # tests of the puzzle that can run here
+    passed: int = 0
+    failed: int = 0
+    not_started: int = 0
+    first_failure: dict | None = None   # the report data of its first failing test
+    failures: list = dataclasses.field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if self.failed:
+            return "not_started" if self.not_started == self.failed and not self.passed \
+                else "failing"
+        if self.passed and self.passed >= self.total:
+            return "solved"
+        return "partial" if self.passed else "not_run"
+
+
+def tally(reports: list[dict]) -> tuple[dict[str, PuzzleRun], dict[str, int]]:
+    """Per puzzle results from report data, and hardware-only skips per kind ("tpu")."""
+    runs: dict[str, PuzzleRun] = {}
+    outcome: dict[str, dict] = {}
+    hardware_skips: dict[str, set] = {}
+    for data in reports:
+        run = runs.setdefault(data["puzzle"], PuzzleRun())
+        run.total = max(run.total, data["of"])
+        if data.get("needs"):
+            hardware_skips.setdefault(data["needs"], set()).add(data["nodeid"])
+            continue
+        previous = outcome.get(data["nodeid"])
+        if previous is None or data["outcome"] == "failed":
+            outcome[data["nodeid"]] = data
+    for data in outcome.values():
+        run = runs[data["puzzle"]]
+        if data["outcome"] == "failed":
+            run.failed += 1
+            run.failures.append(data)
+            kinds = [f["kind"] for f in data.get("findings", [])]
+            run.not_started += kinds[:1] == ["not_started"]
+            run.first_failure = run.first_failure or data
+        elif data["outcome"] == "passed":
+            run.passed += 1
+    return runs, {kind: len(ids) for kind, ids in sorted(hardware_skips.items())}
+
+
+# ------------------------------------------------------------ progress ---
+
+def load(root: Path) -> tuple[dict, str | None]:
+    """The stored progress, and a warning if the file had to be set aside."""
+    path = root / PROGRESS_FILE
+    if not path.exists():
+        return _empty(), None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("version") != VERSION \
+                or not isinstance(data.get("puzzles"), dict):
+            raise ValueError("not a progress file of this kit's version")
+    except (ValueError, OSError) as error:
+        aside = path.with_name(f"{PROGRESS_FILE}.bad-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+        try:
+            path.replace(aside)
+        except OSError:
+            pass
+        return _empty(), (f"pallas: {PROGRESS_FILE} could not be read ({error}); "
+                          f"moved aside to {aside.name}, starting a fresh one")
+    data.setdefault("chapters", {})
+    return data, None
+
+
+def save(root: Path, data: dict) -> None:
+    """Writes the progress file atomically: a temp file renamed over the old one."""
+    fd, tmp = tempfile.mkstemp(prefix=PROGRESS_FILE + ".", suffix=".tmp", dir=root)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, root / PROGRESS_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def record(progress: dict, runs: dict[str, PuzzleRun], chapter_of: dict[str, str],
+           today: str) -> None:
+    """Folds this run's statuses into the stored progress (in place)."""
+    for puzzle_id, run in runs.items():
+        if run.status in ("solved", "failing", "not_started"):
+            entry = progress["puzzles"].setdefault(puzzle_id, {})
+            entry["status"] = run.status
+            entry["date"] = today
+        if run.status != "not_run" and puzzle_id in chapter_of:
+            progress["chapters"][chapter_of[puzzle_id]] = today
+
+
+def _empty() -> dict:
+    return {"version": VERSION, "puzzles": {}, "chapters": {}}
+
+
+# ---------------------------------------------------------- scoreboard ---
+
+def render(chapters: dict[str, Chapter], progress: dict, runs: dict[str, PuzzleRun],
+           hardware_skips: dict[str, int], command_for,
+           title: str = "Pallas exercises") -> list[str]:
+    """The scoreboard lines. ``command_for(puzzle)`` gives the command to run it."""
+    stored = progress.get("puzzles", {})
+
+    def status(puzzle) -> str:
+        run = runs.get(puzzle.id)
+        if run and run.status in ("solved", "failing", "not_started"):
+            return run.status
+        return stored.get(puzzle.id, {}).get("status", "not_started")
+
+    all_puzzles = [p for c in chapters.values() for p in c.puzzles]
+    solved = [p for p in all_puzzles if status(p) == "solved"]
+    points = sum(p.points for p in solved)
+    total_points = sum(p.points for p in all_puzzles)
+    lines = [f"{title} · {len(solved)} of {len(all_puzzles)} puzzles · "
+             f"{points} / {total_points} points"]
+    width = max(len(name) for name in chapters) + 2
+    ran_chapters = {p.chapter for p in all_puzzles if p.id in runs}
+    for chapter in chapters.values():
+        done = [p for p in chapter.puzzles if status(p) == "solved"]
+        filled = round(BAR * len(done) / len(chapter.puzzles))
+        bar = "█" * filled + "░" * (BAR - filled)
+        count = f"{len(done)}/{len(chapter.puzzles)}"
+        pts = f"{sum(p.points for p in done)}/{chapter.points} pts"
+        line = f"  {chapter.name:<{width}}{bar}  {count:>5}  {pts:>11}"
+        todo = next((p for p in chapter.puzzles if status(p) != "solved"), None)
+        if chapter.name not in ran_chapters:
+            last = progress.get("chapters", {}).get(chapter.name)
+            line += f"   last run {last}" if last else "   not run yet"
+        elif todo is not None:
+            line += f"   next: {todo.id}"
+        lines.append(line.rstrip())
+    for kind, count in hardware_skips.items():
+        lines.append(f"  {kind:<{width}}{count} checks need a {kind.upper()} "
+                     "(skipped here, never counted as passed)")
+    todo = next((p for p in all_puzzles if p.chapter in ran_chapters and status(p) != "solved"),
+                None) or next((p for p in all_puzzles if status(p) != "solved"), None)
+    if todo is not None:
+        lines.append(f"next: {command_for(todo)}")
+    else:
+        lines.append("every puzzle solved: well done!")
+    return lines
