@@ -279,8 +279,8 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
             message = _line_at(text, match.start())
             break
     else:
-        message = _line_at(text, 0)
-        finding = Finding("error", f"{message}", where=where)
+        message = f"{kind}: {_line_at(str(error), 0)}"
+        finding = Finding("error", message, where=where)
     if finding.kind in _QUIET:
         return finding
     if finding.kind not in _SELF_EXPLAINED:
@@ -332,7 +332,7 @@ _ERRORS = [
      "two accesses to one buffer, at least one a write, are not ordered: a DMA's "
      "destination read (or its source overwritten) before .wait(), or a buffer reused "
      "while a copy into it is in flight."),
-    (r"KernelTimeout.*(?:dma_wait|semaphore_wait|sem.wait|\.wait\()", "hang",
+    (r"^(?=.*KernelTimeout)(?=.*(?:dma_wait|semaphore_wait))", "hang",
      "the kernel never finished: it waits on a DMA or semaphore that nothing starts or "
      "signals. Every .wait() needs a matching .start() on the same semaphore."),
     (r"KernelTimeout: no result after (\S+) s", "hang",

@@ -31,7 +31,7 @@ DEFAULT_TIMEOUT = 120.0
 def pytest_addoption(parser):
     group = parser.getgroup("pallas", "Pallas exercises")
     group.addoption(
-        "--hint", action="store", default=None, metavar="N",
+        "--hint", action="store", nargs="?", const="next", default=None, metavar="N",
         help="for each failing puzzle, print its next hint. Bare --hint goes one "
              "level further each run on which the puzzle still fails; --hint=N "
              "prints levels 1..N (1: the idea, 2: a skeleton, 3: the solution).")
@@ -53,14 +53,11 @@ def pytest_addoption(parser):
 
 
 def pytest_load_initial_conftests(early_config, parser, args):
-    """Lets a bare ``--hint`` stand before a path: ``--hint`` -> ``--hint=next``."""
+    """Keeps a bare ``--hint`` from swallowing the path after it (in place, before
+    the main parse): ``--hint test_x.py`` -> ``--hint=next test_x.py``."""
     for i, arg in enumerate(args):
-        if arg == "--hint":
-            nxt = args[i + 1] if i + 1 < len(args) else ""
-            if nxt.isdigit():
-                args[i:i + 2] = [f"--hint={nxt}"]
-            else:
-                args[i] = "--hint=next"
+        if arg == "--hint" and not (i + 1 < len(args) and args[i + 1].isdigit()):
+            args[i] = "--hint=next"
 
 
 def pytest_configure(config):
@@ -116,6 +113,7 @@ class PallasRun:
         self.reference = config.getoption("reference")
         self.timeout = config.getoption("pallas_timeout")
         self.raw = config.getoption("verbose") > 0 or config.getoption("tbstyle") != "auto"
+        self.platforms: frozenset[str] | None = None
         self.reports: list[dict] = []
         self.progress, self.warning = None, None
         self.hint_levels: dict[str, list[int]] = {}
@@ -139,11 +137,13 @@ class PallasRun:
     def pytest_runtest_setup(self, item):
         from . import runtime
 
+        if self.platforms is None:  # detected once per session
+            self.platforms = runtime.platforms()
+            runtime.use_interpret_mode("tpu" not in self.platforms)
         kind = _hardware_mark(item)
-        if kind and not runtime.has(kind):
+        if kind and kind not in self.platforms:
             pytest.skip(f"needs a {kind.upper()}: none detected here "
-                        f"(jax.devices() shows {', '.join(sorted(runtime.platforms()))})")
-        runtime.use_interpret_mode_if_no_tpu()
+                        f"(jax.devices() shows {', '.join(sorted(self.platforms))})")
 
     # -- call: races and hangs become failures
     @pytest.hookimpl(wrapper=True)
@@ -152,6 +152,7 @@ class PallasRun:
             return (yield)
         from . import runtime
 
+        __tracebackhide__ = True
         with runtime.watch(self.timeout):
             return (yield)
 
@@ -244,7 +245,10 @@ class PallasRun:
         puzzle = self.puzzles[data["puzzle"]]
         findings = [diagnose.Finding.from_dict(f) for f in data.get("findings", [])]
         if findings and findings[0].kind == "not_started":
-            where = f" — edit {findings[0].where}" if findings[0].where else ""
+            where = findings[0].where
+            if where:
+                path, _, line = where.rpartition(":")
+                where = f" — edit {_relative(self.root / path, self.config)}:{line}"
             return [f"· {puzzle.id:<{id_width}}  not started{where}"]
         label = ", ".join(str(x) for x in (data.get("config"), data.get("dtype"),
                                            data.get("seed") is not None and

@@ -19,7 +19,6 @@ Nothing here imports JAX at module import time (``pytest --help`` stays fast).
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
 import signal
@@ -46,9 +45,12 @@ class KernelTimeout(Exception):
         super().__init__(f"KernelTimeout: no result after {seconds:g} s")
 
 
-@functools.cache
 def platforms() -> frozenset[str]:
-    """The accelerator kinds present: a subset of {"tpu", "gpu", "cpu"}."""
+    """The accelerator kinds present: a subset of {"tpu", "gpu", "cpu"}.
+
+    The plugin asks once per session; the override lets the kit's own tests
+    pretend hardware is there.
+    """
     override = os.environ.get(PLATFORM_OVERRIDE_ENV)
     if override:
         return frozenset(p.strip() for p in override.split(",") if p.strip())
@@ -56,10 +58,6 @@ def platforms() -> frozenset[str]:
 
     kinds = {d.platform for d in jax.devices()}
     return frozenset("gpu" if k in ("cuda", "rocm") else k for k in kinds)
-
-
-def has(kind: str) -> bool:
-    return kind in platforms()
 
 
 def interpret_params():
@@ -72,15 +70,11 @@ def interpret_params():
     )
 
 
-@functools.cache
-def use_interpret_mode_if_no_tpu() -> bool:
-    """Sets TPU interpret mode for the process unless a TPU is present."""
-    if has("tpu"):
-        return False
+def use_interpret_mode(on: bool) -> None:
+    """Sets (or clears) TPU interpret mode for the whole process."""
     from jax.experimental.pallas import tpu as pltpu
 
-    pltpu.set_tpu_interpret_mode(interpret_params())
-    return True
+    pltpu.set_tpu_interpret_mode(interpret_params() if on else None)
 
 
 @contextlib.contextmanager
@@ -95,6 +89,7 @@ def compiled_for_tpu():
 @contextlib.contextmanager
 def watch(seconds: float):
     """Runs one test: fails it on a race, or after ``seconds`` without a result."""
+    __tracebackhide__ = True
     _reset_interpreter()
     with _recording_races() as races, _time_limit(seconds):
         try:

@@ -166,10 +166,13 @@ def render(chapters: dict[str, Chapter], progress: dict, runs: dict[str, PuzzleR
             line += f"   next: {todo.id}"
         lines.append(line.rstrip())
     for kind, count in hardware_skips.items():
-        lines.append(f"  {kind:<{width}}{count} checks need a {kind.upper()} "
+        checks = "1 check needs" if count == 1 else f"{count} checks need"
+        lines.append(f"  {kind:<{width}}{checks} a {kind.upper()} "
                      "(skipped here, never counted as passed)")
-    todo = next((p for p in all_puzzles if p.chapter in ran_chapters and status(p) != "solved"),
-                None) or next((p for p in all_puzzles if status(p) != "solved"), None)
+    unsolved = [p for p in all_puzzles if status(p) != "solved"]
+    todo = next((p for p in unsolved if p.id in runs), None) \
+        or next((p for p in unsolved if p.chapter in ran_chapters), None) \
+        or next(iter(unsolved), None)
     if todo is not None:
         lines.append(f"next: {command_for(todo)}")
     else:

@@ -1,0 +1,79 @@
+"""Fixtures for the kit's own tests.
+
+``kit`` copies the kit (exercises, reference, hints, pyproject.toml) into a
+fresh pytester folder, so a test can edit a chapter, break the progress file
+or delete reference/ without touching the real one, and run pytest there.
+"""
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parent.parent
+MISTAKES = ROOT / "tests" / "mistakes"
+
+
+class Kit:
+    def __init__(self, pytester):
+        self.pytester = pytester
+        self.path = pytester.path
+        for folder in ("exercises", "reference"):
+            shutil.copytree(ROOT / folder, self.path / folder,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(ROOT / "pyproject.toml", self.path)
+
+    def run(self, *args, subprocess=False):
+        """pytest in the copied kit; ``subprocess`` for xdist and fresh processes."""
+        args = ("-p", "no:cacheprovider", *args)
+        if subprocess:
+            return self.pytester.runpytest_subprocess(*args)
+        return self.pytester.runpytest_inprocess(*args)
+
+    def write(self, relative: str, text: str) -> Path:
+        path = self.path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def jax_loaded_once():
+    """Imports every JAX module the kit's runs touch, before any in-process run.
+
+    pytester restores sys.modules after each in-process run, which would drop
+    modules first imported inside it; importing JAX's MLIR dialects a second
+    time fails ("Dialect namespace 'builtin' is already registered").
+    """
+    import jax
+    from jax.experimental import pallas as pl
+
+    from pytest_pallas_hints import checking, runtime
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    def copy(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    x = jax.numpy.zeros((8, 128))
+    runtime.use_interpret_mode(True)
+    checking.run(copy, x).block_until_ready()
+    checking.lowers_for_tpu(copy, x)
+
+
+@pytest.fixture
+def kit(pytester, monkeypatch):
+    monkeypatch.delenv("PALLAS_HINTS_PLATFORMS", raising=False)
+    return Kit(pytester)
+
+
+def pytest_generate_tests(metafunc):
+    """``chapter_name``: each chapter of the kit; ``mistake``: each known-wrong solution."""
+    if "chapter_name" in metafunc.fixturenames:
+        metafunc.parametrize(
+            "chapter_name", sorted(p.stem for p in (ROOT / "exercises" / "hints").glob("*.toml")))
+    if "mistake" in metafunc.fixturenames:
+        metafunc.parametrize("mistake", sorted(MISTAKES.glob("*/*.py")),
+                             ids=lambda p: f"{p.parent.name}/{p.stem}")

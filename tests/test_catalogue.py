@@ -1,0 +1,112 @@
+"""Every puzzle has all its parts (SPEC §2): stub, reference, tests on two or more
+shapes, a TPU test, three hints, targeted words and a known mistake."""
+import ast
+from pathlib import Path
+
+import pytest
+
+from pytest_pallas_hints import catalogue
+
+ROOT = Path(__file__).resolve().parent.parent
+KIT = catalogue.load(ROOT)
+PUZZLES = catalogue.puzzles(KIT)
+
+
+def functions(path: Path) -> dict[str, ast.FunctionDef]:
+    return {n.name: n for n in ast.parse(path.read_text()).body
+            if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
+
+
+def signature(node: ast.FunctionDef) -> str:
+    return ast.unparse(node.args)
+
+
+def body_without_docstring(node: ast.FunctionDef) -> str:
+    body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+    return "\n".join(ast.unparse(statement) for statement in body)
+
+
+def is_provided(node: ast.FunctionDef) -> bool:
+    return "PROVIDED" in (ast.get_docstring(node) or "")
+
+
+def test_every_chapter_has_its_three_files_and_hints(chapter_name):
+    for path in (f"exercises/{chapter_name}.py", f"exercises/test_{chapter_name}.py",
+                 f"reference/{chapter_name}.py", f"exercises/hints/{chapter_name}.toml"):
+        assert (ROOT / path).exists(), path
+
+
+def test_exercises_and_reference_share_one_public_api(chapter_name):
+    stubs = functions(ROOT / "exercises" / f"{chapter_name}.py")
+    solved = functions(ROOT / "reference" / f"{chapter_name}.py")
+    assert stubs.keys() == solved.keys()
+    for name, node in stubs.items():
+        assert signature(node) == signature(solved[name]), name
+
+
+def test_every_stub_ends_in_not_implemented_or_is_provided_verbatim(chapter_name):
+    solved = functions(ROOT / "reference" / f"{chapter_name}.py")
+    for name, node in functions(ROOT / "exercises" / f"{chapter_name}.py").items():
+        if is_provided(node):
+            assert body_without_docstring(node) == body_without_docstring(solved[name]), name
+            continue
+        last = node.body[-1]
+        assert isinstance(last, ast.Raise) and ast.unparse(last.exc) == "NotImplementedError", \
+            f"exercises/{chapter_name}.py: {name}() must end in raise NotImplementedError"
+        assert ast.get_docstring(node), f"{name}() has no teaching docstring"
+
+
+def test_edited_functions_exist_and_are_stubs(chapter_name):
+    stubs = functions(ROOT / "exercises" / f"{chapter_name}.py")
+    for puzzle in KIT[chapter_name].puzzles:
+        for name in puzzle.edit:
+            assert name in stubs and not is_provided(stubs[name]), f"{puzzle.id}: {name}"
+
+
+@pytest.mark.parametrize("puzzle_id", sorted(PUZZLES))
+def test_three_hints_render_and_level_three_is_the_reference(puzzle_id):
+    puzzle = PUZZLES[puzzle_id]
+    nudge, skeleton, solution = (catalogue.hint(ROOT, puzzle, level) for level in (1, 2, 3))
+    assert len(nudge) > 40 and "____" in skeleton
+    for name in puzzle.edit:
+        assert f"def {name}(" in solution
+    assert "NotImplementedError" not in solution
+
+
+@pytest.mark.parametrize("puzzle_id", sorted(PUZZLES))
+def test_targeted_words_and_a_known_mistake_that_uses_them(puzzle_id):
+    puzzle = PUZZLES[puzzle_id]
+    assert puzzle.say, f"{puzzle_id} has no targeted diagnosis ([puzzle.say])"
+    expectations = []
+    for path in sorted((ROOT / "tests" / "mistakes" / puzzle.chapter).glob("*.py")):
+        fields = {n.targets[0].id: n.value.value for n in ast.parse(path.read_text()).body
+                  if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)}
+        if fields.get("PUZZLE") == puzzle_id:
+            expectations.append(fields["EXPECT"])
+    assert expectations, f"{puzzle_id} has no known mistake in tests/mistakes/{puzzle.chapter}/"
+    words = " ".join(puzzle.say.values())
+    assert any(expect in words for expect in expectations), \
+        f"no mistake of {puzzle_id} is named by the puzzle's own words"
+
+
+def test_each_puzzle_has_two_shapes_a_tpu_test_and_its_own_k(pytester, chapter_name):
+    path = ROOT / "exercises" / f"test_{chapter_name}.py"
+    items, _ = pytester.inline_genitems(str(path), "-p", "no:cacheprovider",
+                                        f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml"))
+    by_puzzle: dict[str, list] = {}
+    for item in items:
+        mark = item.get_closest_marker("puzzle")
+        assert mark, f"{item.nodeid} has no puzzle marker"
+        by_puzzle.setdefault(mark.args[0], []).append(item)
+    assert set(by_puzzle) == {p.id for p in KIT[chapter_name].puzzles}
+    for puzzle in KIT[chapter_name].puzzles:
+        tests = by_puzzle[puzzle.id]
+        on_cpu = [t for t in tests if not t.get_closest_marker("tpu")]
+        assert len(on_cpu) >= 2, f"{puzzle.id}: fewer than two shape configurations"
+        assert len(on_cpu) < len(tests), f"{puzzle.id}: no tpu-marked test"
+        listed = pytester.runpytest_inprocess(
+            str(path), "--collect-only", "-q", "-k", puzzle.name, "-p", "no:cacheprovider",
+            f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml")).stdout.lines
+        selected = {line for line in listed if "::" in line}
+        assert selected == {t.nodeid for t in tests}, \
+            f"-k {puzzle.name} does not select exactly the tests of {puzzle.id}"

@@ -1,0 +1,58 @@
+"""Every chapter, run through the plugin: stubs are "not started", references pass,
+and every known mistake fails with the words of its diagnosis."""
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_pallas_hints import catalogue
+
+ROOT = Path(__file__).resolve().parent.parent
+
+KIT = catalogue.load(ROOT)
+
+
+def flat(output: str) -> str:
+    """Terminal output with line wrapping and indentation folded into single spaces."""
+    return re.sub(r"\s+", " ", output)
+
+
+def test_every_stub_is_reported_not_started(kit, chapter_name):
+    name = chapter_name
+    result = kit.run(f"exercises/test_{name}.py")
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "Traceback" not in out and "NotImplementedError" not in out
+    source = (ROOT / "exercises" / f"{name}.py").read_text().splitlines()
+    for puzzle in KIT[name].puzzles:
+        match = re.search(rf"^· {re.escape(puzzle.id)} +not started — edit "
+                          rf"exercises/{name}\.py:(\d+)$", out, re.M)
+        assert match, f"{puzzle.id} is not reported as not started"
+        assert source[int(match[1]) - 1].strip() == "raise NotImplementedError"
+    assert f"0 of {len(KIT[name].puzzles)}" in out or "0/" in out
+
+
+def test_every_reference_passes(kit, chapter_name):
+    name = chapter_name
+    result = kit.run(f"exercises/test_{name}.py", "--reference")
+    outcomes = result.parseoutcomes()
+    total = len(KIT[name].puzzles)
+    assert result.ret == pytest.ExitCode.OK
+    assert "failed" not in outcomes and "errors" not in outcomes
+    assert outcomes["passed"] >= 2 * total  # two shape configs per puzzle at least
+    assert re.search(rf"^  {name} +█+ +{total}/{total} ", result.stdout.str(), re.M)
+
+
+def test_every_known_mistake_fails_with_its_diagnosis(kit, mistake):
+    path = mistake
+    fields = {n.targets[0].id: n.value.value for n in ast.parse(path.read_text()).body
+              if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)}
+    puzzle, expect = fields["PUZZLE"], fields["EXPECT"]
+    chapter, name = puzzle.split(".")
+    result = kit.run(f"exercises/test_{chapter}.py", "--reference", "--pallas-patch",
+                     str(path), "-k", name)
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, f"{path.name} passed its tests"
+    assert f"✗ {puzzle}" in out
+    assert flat(expect) in flat(out), f"the diagnosis does not say {expect!r}"

@@ -1,0 +1,247 @@
+"""The diagnosis engine on its own: arrays and exceptions in, findings out (no pytest run)."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_pallas_hints import diagnose
+from pytest_pallas_hints.diagnose import compare, explain, render
+
+ROOT = Path("/kit")
+
+
+def kinds(findings):
+    return [f.kind for f in findings]
+
+
+def text(findings, words=None):
+    return "\n".join(render(findings, words))
+
+
+@pytest.fixture
+def x():
+    return np.random.default_rng(0).standard_normal((32, 256)).astype(np.float32)
+
+
+def test_equal_arrays_have_no_findings(x):
+    assert compare(x, x.copy()) == []
+
+
+def test_shape_mismatch_names_both_shapes(x):
+    findings = compare(x[:16], x)
+    assert kinds(findings) == ["shape"]
+    assert "expected (32, 256) float32 · yours (16, 256) float32" in text(findings)
+
+
+def test_swapped_shape_looks_transposed(x):
+    assert kinds(compare(x.T, x)) == ["transposed"]
+
+
+def test_transposed_values_of_a_square_output():
+    a = np.arange(64, dtype=np.float32).reshape(8, 8)
+    assert "transposed" in kinds(compare(a.T.copy(), a))
+
+
+def test_dtype_only(x):
+    findings = compare(x.astype(np.float16), x, tolerance=1e-2)
+    assert kinds(findings) == ["dtype"]
+    assert ".astype(o_ref.dtype)" in text(findings)
+
+
+def test_nan_counts_and_explains_uninitialised_memory(x):
+    y = x.copy()
+    y[3, :10] = np.nan
+    findings = compare(y, x)
+    assert kinds(findings)[0] == "nan"
+    out = text(findings)
+    assert "10 of 8192 values are NaN" in out
+    assert "uninitialised" in out
+
+
+def test_nan_in_the_tail_block_says_mask(x):
+    expected = x[:20]
+    y = expected.copy()
+    y[16:] = np.nan  # the last, partial block of 8 rows
+    findings = compare(y, expected, blocks=(8, None))
+    assert kinds(findings)[0] == "nan"
+    assert "hangs off the end" in text(findings)
+
+
+def test_whole_blocks_of_nan_are_unwritten(x):
+    y = x.copy()
+    y[:, 128:] = np.nan
+    findings = compare(y, x, blocks=(8, 128), axes="i j")
+    assert kinds(findings)[0] == "unwritten"
+    out = text(findings)
+    assert "never written" in out
+    assert "i\\j" in out and "✗" in out and "✓" in out
+
+
+def test_all_zeros(x):
+    assert kinds(compare(np.zeros_like(x), x))[0] == "zeros"
+
+
+@pytest.mark.parametrize("factor, name", [
+    (0.125, "0.125 = 1/8 = 1/sqrt(64)"),
+    (2.0, "2"),
+    (1 / np.sqrt(128), "0.08839 = 1/sqrt(128)"),
+    (-1.0, "-1"),
+])
+def test_constant_factor_is_named(x, factor, name):
+    findings = compare((x * factor).astype(np.float32), x)
+    assert kinds(findings)[0] == "scaled"
+    assert f"yours = {name} × expected" in findings[0].says
+
+
+def test_block_map_marks_only_the_wrong_blocks(x):
+    y = x.copy()
+    y[8:16, 128:] += 1  # block (1, 1) of a 4 x 2 grid
+    findings = compare(y, x, blocks=(8, 128), axes="i j")
+    assert "blocks" in kinds(findings)
+    rows = dict(findings[0].facts)["blocks"].splitlines()
+    assert rows[0].split() == ["i\\j", "0", "1"]
+    assert rows[1].split() == ["0", "✓", "✓"]
+    assert rows[2].split() == ["1", "✓", "✗"]
+    assert "in 1 of 8 output blocks" in text(findings)
+
+
+def test_wrong_only_in_the_partial_tail_block(x):
+    expected = x[:20]
+    y = expected.copy()
+    y[17] += 3
+    assert "tail" in kinds(compare(y, expected, blocks=(8, None)))
+
+
+def test_a_full_last_block_is_not_called_a_tail(x):
+    y = x.copy()
+    y[24:] += 3  # 32 rows in blocks of 8: the last block is whole
+    assert "tail" not in kinds(compare(y, x, blocks=(8, None)))
+
+
+@pytest.mark.parametrize("shift, side", [(1, "above"), (-1, "below"), (0, "on")])
+def test_wrong_values_on_one_side_of_the_diagonal(shift, side):
+    expected = np.ones((16, 16), np.float32)
+    y = expected + np.eye(16, k=shift, dtype=np.float32)
+    findings = compare(y, expected)
+    assert f"{side}_diagonal" in kinds(findings)
+
+
+def test_known_wrong_answer_comes_first_and_takes_the_puzzle_words(x):
+    findings = compare(x[::-1].copy(), x, likely={"rows_reversed": x[::-1]})
+    assert kinds(findings)[0] == "rows_reversed"
+    out = text(findings, {"rows_reversed": "rows inside a block keep their order"})
+    assert "diagnosis  rows inside a block keep their order" in out
+
+
+def test_puzzle_words_for_a_general_finding_replace_the_engine_sentence(x):
+    findings = compare(np.zeros_like(x), x)
+    assert "store it!" in text(findings, {"zeros": "store it!"})
+    assert "store it!" not in text(findings, {"nan": "store it!"})
+
+
+def test_findings_survive_a_round_trip_through_json(x):
+    import json
+
+    findings = compare(x * 2, x, blocks=(8, None))
+    back = [diagnose.Finding.from_dict(d) for d in json.loads(
+        json.dumps([f.to_dict() for f in findings]))]
+    assert text(back) == text(findings)
+
+
+# ---------------------------------------------------------------- errors ---
+
+def frames_in(path="/kit/exercises/basics.py", line=12, code="o_ref[...] = x"):
+    return [("/kit/exercises/test_basics.py", 30, "check(run(...))"), (path, line, code)]
+
+
+def test_not_started_points_at_the_learner_file():
+    finding = explain(NotImplementedError(), frames_in(line=60, code="raise NotImplementedError"),
+                      ROOT)
+    assert finding.kind == "not_started"
+    assert finding.where == "exercises/basics.py:60"
+    assert finding.facts == []
+
+
+def test_traced_if_from_a_real_tracer():
+    import jax
+    import jax.numpy as jnp
+
+    def f(x):
+        if x > 0:
+            return x
+        return -x
+
+    with pytest.raises(Exception) as info:
+        jax.jit(f)(jnp.float32(1))
+    finding = explain(info.value, frames_in(code="if x > 0:"), ROOT)
+    assert finding.kind == "traced_if"
+    assert "pl.when" in finding.says and "jnp.where" in finding.says
+    assert ("at", "exercises/basics.py:12   if x > 0:") in finding.facts
+
+
+@pytest.mark.parametrize("message, kind, words", [
+    ("Index map function <lambda> at k.py:3 for args[0] must return 2 values to match "
+     "block_shape=(Blocked(block_size=8), Blocked(block_size=128)). Currently returning 1 "
+     "values:", "index_map_arity", "returns 1 block indices but its block has 2 dims"),
+    ("Invalid shape for `swap`. Ref shape: (8, 128). Expected shape: (8, 128). "
+     "Value shape: (128,). Transforms: ().", "store_shape",
+     "a value of shape (128,) into a ref of shape (8, 128)"),
+    ("Invalid dtype for `swap`. Ref dtype: bfloat16. Value dtype: float32.", "store_dtype",
+     "a float32 value into a bfloat16 ref"),
+    ('INTERNAL: CpuCallback error calling callback: Traceback\nIndexError: Out-of-bounds '
+     'block index (2, 0) for input "x_ref" in iteration (1,) on device 0 (core 0)',
+     "out_of_bounds", "the index map of x_ref asks for block (2, 0)"),
+])
+def test_common_pallas_errors_in_plain_words(message, kind, words):
+    finding = explain(ValueError(message), frames_in(), ROOT)
+    assert finding.kind == kind
+    assert words in finding.says
+
+
+def test_out_of_bounds_shows_the_interpreter_message_without_wrappers():
+    error = RuntimeError('INTERNAL: CpuCallback error calling callback: Traceback\n'
+                         'IndexError: Out-of-bounds block index (2, 0) for input "x_ref" '
+                         'in iteration (1,)')
+    facts = dict(explain(error, frames_in(), ROOT).facts)
+    assert facts["error"].startswith("Out-of-bounds block index (2, 0)")
+
+
+def test_race_names_both_source_lines():
+    from pytest_pallas_hints.runtime import RaceDetected
+
+    report = ("RACE DETECTED\n  write of ('vmem', 103, 0, 0)[()] from 100, 0, "
+              "/kit/exercises/p.py:25:4 (racy_kernel)\n  clock: [1 3]\n  read of "
+              "('vmem', 103, 0, 0)[()] from 0, 0, /kit/exercises/p.py:26:17 (racy_kernel)")
+    finding = explain(RaceDetected([report]), [], ROOT)
+    assert finding.kind == "race"
+    assert dict(finding.facts)["race"] == "p.py:25 in racy_kernel()\np.py:26 in racy_kernel()"
+
+
+def test_hang_on_a_dma_wait():
+    from pytest_pallas_hints.runtime import KernelTimeout
+
+    error = RuntimeError(f"callback failed in dma_wait\n{KernelTimeout(5)}")
+    finding = explain(error, [], ROOT)
+    assert finding.kind == "hang"
+    assert ".start()" in finding.says
+
+
+def test_lowering_failure_names_the_rule():
+    from pytest_pallas_hints.checking import LoweringFailed
+
+    error = LoweringFailed(ValueError(
+        "The Pallas TPU lowering currently requires that the last two dimensions of your "
+        "block shape are divisible by 8 and 128 respectively, or be equal to the "
+        "respective dimensions of the overall array. Block spec for args[0] in "
+        "pallas_call k at k.py:9 has block shape (Blocked(block_size=4), "
+        "Blocked(block_size=64)), array shape (32, 128), and index_map"))
+    finding = explain(error, [], ROOT)
+    assert finding.kind == "lowering"
+    assert "multiples of (8, 128)" in finding.says
+    assert "array of shape (32, 128)" in finding.says
+
+
+def test_an_unknown_error_keeps_its_first_line():
+    finding = explain(KeyError("bm"), frames_in(code="bm = cfg['bm']"), ROOT)
+    assert finding.kind == "error"
+    assert "KeyError: 'bm'" in finding.says

@@ -1,0 +1,337 @@
+"""The plugin end to end, in a copy of the kit (pytester): options, hints,
+scoreboard, progress file, hardware gating, races, hangs, broken chapters."""
+import json
+import re
+
+import pytest
+
+TOY_HINTS = '''
+[chapter]
+title = "Toy"
+order = 0
+
+[[puzzle]]
+name = "answer"
+title = "The answer"
+points = 5
+edit = ["answer"]
+hints = ["Return a number.", "def answer():\\n    return ____"]
+[puzzle.say]
+values = "not the answer."
+'''
+
+TOY_TEST = '''
+import pytest
+from pytest_pallas_hints import chapter, check
+
+toy = chapter("toy")
+
+@pytest.mark.puzzle("toy.answer")
+@pytest.mark.parametrize("n", [1, 2])
+def test_answer(n):
+    check(toy.answer() * n, 42.0 * n)
+'''
+
+
+def add_toy_chapter(kit, solved: bool):
+    """A one-puzzle chapter without JAX, to test the whole-kit scoreboard cheaply."""
+    kit.write("exercises/hints/toy.toml", TOY_HINTS)
+    kit.write("exercises/test_toy.py", TOY_TEST)
+    kit.write("reference/toy.py", "def answer():\n    return 42.0\n")
+    body = "    return 42.0\n" if solved else "    raise NotImplementedError\n"
+    kit.write("exercises/toy.py", f'def answer():\n    """The answer."""\n{body}')
+
+
+def headline(out: str) -> list[str]:
+    return re.findall(r"^Pallas exercises.*points$", out, re.M)
+
+
+def scoreboard(out: str) -> list[str]:
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Pallas exercises"))
+    end = next(i for i in range(start, len(lines))
+               if lines[i].startswith(("next:", "every puzzle solved")))
+    return lines[start:end + 1]
+
+
+# ----------------------------------------------------------------- options ---
+
+@pytest.mark.parametrize("value", ["0", "4", "9", "x", "-1"])
+def test_bad_hint_level_is_a_usage_error_naming_the_valid_values(kit, value):
+    result = kit.run("exercises/test_basics.py", f"--hint={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "give a level from 1 to 3" in result.stderr.str()
+
+
+def test_options_are_documented_in_help(kit):
+    out = kit.run("--help").stdout.str()
+    for option in ("--hint=N", "--reference", "--no-scoreboard", "--pallas-timeout"):
+        assert option in out
+
+
+def test_bare_hint_before_a_path_does_not_swallow_it(kit):
+    add_toy_chapter(kit, solved=False)
+    result = kit.run("--hint", "exercises/test_toy.py")
+    assert "hint 1 of 3 · the idea" in result.stdout.str()
+    result.assert_outcomes(failed=2)
+
+
+# ------------------------------------------------------------------- hints ---
+
+def test_bare_hint_escalates_one_level_per_failing_run_and_ends_at_the_solution(kit):
+    outs = [kit.run("exercises/test_basics.py", "-k", "add_one", "--hint").stdout.str()
+            for _ in range(4)]
+    assert "hint 1 of 3 · the idea" in outs[0] and "hint 2 of 3" not in outs[0]
+    assert "hint 2 of 3 · a skeleton" in outs[1] and "hint 1 of 3" not in outs[1]
+    for out in outs[2:]:
+        assert "hint 3 of 3 · the solution" in out
+        assert "def add_one_kernel(x_ref, o_ref):" in out
+        assert "o_ref[...] = x_ref[...] + 1" in out
+
+
+def test_hint_n_shows_levels_one_to_n(kit):
+    out = kit.run("exercises/test_basics.py", "-k", "tiled", "--hint=2").stdout.str()
+    assert out.index("hint 1 of 3") < out.index("hint 2 of 3")
+    assert "hint 3 of 3" not in out
+
+
+def test_passing_puzzles_print_no_hint(kit):
+    add_toy_chapter(kit, solved=True)
+    out = kit.run("exercises/test_toy.py", "--hint=3").stdout.str()
+    assert "hint 1 of 3" not in out and "passed" in out
+
+
+def test_without_reference_level_three_says_it_is_not_shipped(kit):
+    import shutil
+
+    shutil.rmtree(kit.path / "reference")
+    out = kit.run("exercises/test_basics.py", "-k", "add_one", "--hint=3").stdout.str()
+    assert "not shipped with this copy" in out
+
+
+def test_without_reference_the_reference_option_is_a_usage_error(kit):
+    import shutil
+
+    shutil.rmtree(kit.path / "reference")
+    result = kit.run("exercises/test_basics.py", "--reference")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "no reference/" in result.stderr.str()
+
+
+def test_hint_and_reference_work_from_the_exercises_folder(kit):
+    add_toy_chapter(kit, solved=False)
+    kit.pytester.chdir()
+    import os
+
+    os.chdir(kit.path / "exercises")
+    hinted = kit.pytester.runpytest_inprocess("test_toy.py", "--hint", "-p", "no:cacheprovider")
+    assert "hint 1 of 3" in hinted.stdout.str()
+    assert "next: pytest test_toy.py -k answer --hint" in hinted.stdout.str()
+    solved = kit.pytester.runpytest_inprocess("test_toy.py", "--reference",
+                                              "-p", "no:cacheprovider")
+    solved.assert_outcomes(passed=2)
+
+
+# ------------------------------------------------------------ the failure ---
+
+def test_stubs_fail_in_one_line_each_without_traceback(kit):
+    result = kit.run("exercises/test_basics.py", "-k", "add_one or tiled")
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert re.search(r"^· basics.add_one +not started — edit exercises/basics.py:\d+$", out, re.M)
+    assert "Traceback" not in out and "FAILURES" not in out and "FAILED" not in out
+
+
+def test_verbose_still_shows_the_raw_traceback(kit):
+    out = kit.run("exercises/test_basics.py", "-k", "add_one", "-v").stdout.str()
+    assert "raise NotImplementedError" in out and "FAILURES" in out
+    assert "not started" in out
+
+
+def test_a_wrong_answer_names_the_puzzle_config_and_seed(kit):
+    add_toy_chapter(kit, solved=True)
+    kit.write("exercises/toy.py", 'def answer():\n    """x"""\n    return 41.0\n')
+    out = kit.run("exercises/test_toy.py").stdout.str()
+    assert re.search(r"^✗ toy.answer  \[1, float64\]$", out, re.M)
+    assert "diagnosis  not the answer." in out
+    assert "also       1 more test of this puzzle fails" in out
+    assert "more       pytest exercises/test_toy.py -k answer --hint   (hint 1 of 3)" in out
+
+
+def test_syntax_error_in_one_chapter_fails_its_tests_and_grades_the_rest(kit):
+    add_toy_chapter(kit, solved=True)
+    kit.write("exercises/basics.py", "def add_one(x:\n    pass\n")
+    result = kit.run("exercises")
+    out = result.stdout.str()
+    assert "exercises/basics.py:1 does not import: SyntaxError" in out
+    assert re.search(r"^  toy +█+ +1/1", out, re.M)
+    assert "error" not in result.parseoutcomes()
+
+
+# ------------------------------------------------------------ scoreboard ---
+
+def test_scoreboard_covers_the_whole_kit_and_remembers_other_chapters(kit):
+    add_toy_chapter(kit, solved=True)
+    kit.run("exercises/test_toy.py")
+    out = kit.run("exercises/test_basics.py", "-k", "add_one").stdout.str()
+    board = scoreboard(out)
+    assert headline(out) == ["Pallas exercises · 1 of 10 puzzles · 5 / 95 points"]
+    assert re.match(r"  toy +█{10} +1/1 +5/5 pts +last run \d{4}-\d\d-\d\d$", board[1])
+    assert re.match(r"  basics +░{10} +0/9 +0/90 pts +next: basics.add_one$", board[2])
+    assert board[-1] == "next: pytest exercises/test_basics.py -k add_one --hint"
+
+
+def test_scoreboard_is_printed_once_and_the_same_under_xdist(kit):
+    add_toy_chapter(kit, solved=True)
+    serial = kit.run("exercises/test_toy.py", "exercises/test_basics.py", "-k", "answer or tiled",
+                     subprocess=True).stdout.str()
+    (kit.path / ".pallas_progress.json").unlink()
+    parallel = kit.run("exercises/test_toy.py", "exercises/test_basics.py", "-k",
+                       "answer or tiled", "-n", "2", subprocess=True).stdout.str()
+    assert len(headline(parallel)) == 1
+    assert scoreboard(parallel) == scoreboard(serial)
+    assert "basics.tiled  not started" in parallel
+
+
+def test_no_scoreboard(kit):
+    add_toy_chapter(kit, solved=True)
+    assert headline(kit.run("exercises/test_toy.py", "--no-scoreboard").stdout.str()) == []
+
+
+def test_a_puzzle_is_solved_only_when_all_its_tests_ran_and_passed(kit):
+    add_toy_chapter(kit, solved=True)
+    out = kit.run("exercises/test_toy.py", "-k", "1").stdout.str()
+    assert "0 of 10 puzzles" in out
+    out = kit.run("exercises/test_toy.py").stdout.str()
+    assert "1 of 10 puzzles" in out
+
+
+def test_reference_runs_do_not_touch_the_progress_file(kit):
+    add_toy_chapter(kit, solved=False)
+    kit.run("exercises/test_toy.py", "--reference")
+    assert not (kit.path / ".pallas_progress.json").exists()
+
+
+def test_progress_file_is_versioned_json(kit):
+    add_toy_chapter(kit, solved=True)
+    kit.run("exercises/test_toy.py")
+    data = json.loads((kit.path / ".pallas_progress.json").read_text())
+    assert data["version"] == 1
+    assert data["puzzles"]["toy.answer"]["status"] == "solved"
+    assert list(kit.path.glob(".pallas_progress.json.*")) == []  # no temp file left
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"version": 99, "puzzles": {}}', "[]"])
+def test_a_corrupt_progress_file_is_set_aside_with_a_warning(kit, content):
+    add_toy_chapter(kit, solved=True)
+    (kit.path / ".pallas_progress.json").write_text(content)
+    result = kit.run("exercises/test_toy.py")
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.OK
+    assert "could not be read" in out and "moved aside" in out
+    assert [p.read_text() for p in kit.path.glob(".pallas_progress.json.bad-*")] == [content]
+    assert json.loads((kit.path / ".pallas_progress.json").read_text())["version"] == 1
+
+
+def test_outside_a_kit_the_plugin_stays_quiet(pytester):
+    pytester.makepyfile("def test_x():\n    assert True\n")
+    out = pytester.runpytest_inprocess("-p", "no:cacheprovider").stdout.str()
+    assert "Pallas" not in out
+
+
+# -------------------------------------------------------------- hardware ---
+
+HARDWARE_TESTS = '''
+import pytest
+
+@pytest.mark.tpu
+def test_needs_tpu():
+    pass
+
+@pytest.mark.gpu
+def test_needs_gpu():
+    pass
+'''
+
+
+def test_tpu_and_gpu_tests_are_skipped_naming_the_missing_hardware(kit):
+    kit.write("exercises/test_hw.py", HARDWARE_TESTS)
+    result = kit.run("exercises/test_hw.py", "-rs")
+    result.assert_outcomes(skipped=2)
+    out = result.stdout.str()
+    assert "needs a TPU: none detected here" in out and "needs a GPU: none detected" in out
+
+
+@pytest.mark.parametrize("present, passed, skipped", [("tpu", 1, 1), ("gpu", 1, 1),
+                                                       ("tpu,gpu", 2, 0)])
+def test_tpu_and_gpu_tests_run_where_the_hardware_is(kit, monkeypatch, present, passed, skipped):
+    kit.write("exercises/test_hw.py", HARDWARE_TESTS)
+    monkeypatch.setenv("PALLAS_HINTS_PLATFORMS", present)
+    kit.run("exercises/test_hw.py").assert_outcomes(passed=passed, skipped=skipped)
+
+
+def test_tpu_marked_puzzle_tests_never_count_as_passed(kit):
+    out = kit.run("exercises/test_basics.py", "--reference", "-m", "tpu", "-rs").stdout.str()
+    assert "9 checks need a TPU (skipped here, never counted as passed)" in out
+    assert "0 of 9 puzzles" in out
+
+
+# ------------------------------------------------------ races and hangs ---
+
+RACY = '''
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+def racy_kernel(x_hbm, o_ref, buf, sem):
+    copy = pltpu.make_async_copy(x_hbm, buf, sem)
+    copy.start()
+    o_ref[...] = buf[...] * 2    # reads the buffer while the DMA is in flight
+    copy.wait()
+
+def waiting_kernel(x_hbm, o_ref, buf, sem):
+    pltpu.make_async_copy(x_hbm, buf, sem).wait()   # no start(): waits forever
+    o_ref[...] = buf[...]
+
+def call(kernel, x):
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        scratch_shapes=[pltpu.VMEM(x.shape, x.dtype), pltpu.SemaphoreType.DMA])(x)
+
+def test_race():
+    call(racy_kernel, jnp.ones((8, 128))).block_until_ready()
+
+def test_hang():
+    call(waiting_kernel, jnp.ones((8, 128))).block_until_ready()
+
+def test_after_the_hang():
+    assert True
+'''
+
+
+def test_a_dma_race_fails_naming_both_lines_and_a_hang_fails_within_the_bound(kit):
+    kit.write("exercises/test_dma.py", RACY)
+    result = kit.run("exercises/test_dma.py", "--pallas-timeout=3")
+    result.assert_outcomes(failed=2, passed=1)
+    out = result.stdout.str()
+    assert "race detected" in out
+    assert "test_dma.py:8" in out and "test_dma.py:9" in out
+    assert "KernelTimeout: no result after 3 s" in out
+
+
+def test_a_race_in_a_puzzle_test_is_diagnosed(kit):
+    kit.write("exercises/test_dma.py", RACY.replace(
+        "def test_race():", "import pytest\n@pytest.mark.puzzle('basics.add_one')\ndef test_race():"))
+    out = kit.run("exercises/test_dma.py", "-k", "race", "-n", "2", subprocess=True).stdout.str()
+    assert "✗ basics.add_one" in out
+    assert "race       test_dma.py:8 in racy_kernel()" in out
+    assert "test_dma.py:9 in racy_kernel()" in out
+    assert "not ordered" in out
+
+
+def test_an_unknown_puzzle_id_is_a_usage_error(kit):
+    kit.write("exercises/test_bad.py",
+              "import pytest\n@pytest.mark.puzzle('basics.nope')\ndef test_x():\n    pass\n")
+    result = kit.run("exercises/test_bad.py")
+    assert result.ret != pytest.ExitCode.OK
+    assert "basics.nope" in result.stdout.str() + result.stderr.str()
