@@ -13,7 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import chapter, check, lowers_for_tpu, run
+from pytest_pallas_hints import (chapter, check, check_traffic, lowers_for_tpu,
+                                 moved_bytes, run)
 
 basics = chapter("basics")
 
@@ -135,6 +136,16 @@ def test_bias_gelu(M, D, bm, dtype, rng):
     check(run(basics.bias_gelu, x, b, bm=bm), gelu(x + b), blocks=(bm, None), axes="i -",
           likely={"bias_missing": lambda: gelu(x), "exact_gelu": lambda: gelu(x + b, False)})
     lowers_for_tpu(basics.bias_gelu, x, b, bm=bm)
+
+
+@puzzle("basics.bias_gelu")
+def test_bias_gelu_is_one_pass_over_memory(rng):
+    """Fused: x and b read once, the output written once, nothing else."""
+    M, D, bm = 32, 256, 8
+    x, b = rng.normal((M, D)), rng.normal((D,))
+    minimum = x.nbytes + b.nbytes + x.nbytes
+    check_traffic(moved_bytes(basics.bias_gelu, x, b, bm=bm), reference=minimum,
+                  minimum=minimum)
 
 
 # 9 -------------------------------------------------------------------------

@@ -16,6 +16,8 @@ _EXPORTS = {
     "check": "checking",
     "lowers_for_tpu": "checking",
     "run": "checking",
+    "check_traffic": "checking",
+    "moved_bytes": "traffic",
     "Mismatch": "checking",
     "Rng": "checking",
 }

@@ -39,6 +39,53 @@ class Mismatch(AssertionError):
         return "\n".join(diagnose.render(self.findings()))
 
 
+class TooMuchTraffic(AssertionError):
+    """A kernel that moves more bytes between HBM and VMEM than its budget."""
+
+    def __init__(self, yours, reference: int, minimum: int | None):
+        self.yours, self.reference, self.minimum = yours, reference, minimum
+        super().__init__(f"bytes moved: yours {yours.total} > reference {reference}")
+
+    def findings(self) -> list[diagnose.Finding]:
+        from .traffic import mib
+
+        sizes = [self.yours.total, self.reference] + (
+            [self.minimum] if self.minimum is not None else [])
+        shown = mib(*sizes)
+        moved = f"yours {shown[0]} · reference {shown[1]}" + (
+            f" · minimum {shown[2]}" if len(shown) > 2 else "")
+        facts = [("bytes", f"moved: {moved}")]
+        per_kernel: dict[str, int] = {}
+        for op in self.yours.operands:
+            per_kernel[op.kernel] = per_kernel.get(op.kernel, 0) + op.bytes
+        if len(per_kernel) > 1:
+            facts.append(("kernels", " · ".join(
+                f"{k} {v}" for k, v in zip(per_kernel, mib(*per_kernel.values())))))
+        worst = max(self.yours.operands, key=lambda o: o.bytes / max(o.array_bytes, 1))
+        times = worst.bytes / max(worst.array_bytes, 1)
+        if times > 1.01:
+            facts.append(("most", f"{worst.name} in {worst.kernel}: {worst.direction} "
+                                  f"{mib(worst.bytes)} in {worst.copies} copies, "
+                                  f"{times:.3g} × its size"))
+            says = (f"{worst.name} moves {times:.3g} times its size: keep a block in VMEM "
+                    "while it is needed (its index map returns the same block on "
+                    "consecutive steps), or choose blocks that reuse it more.")
+        else:
+            says = ("more data moves than the work needs: an intermediate result makes a "
+                    "round trip through HBM? Fuse the steps into one kernel.")
+        return [diagnose.Finding("traffic", says, facts=facts)]
+
+
+def check_traffic(yours, *, reference: int, minimum: int | None = None) -> None:
+    """Passes if ``yours`` (from ``moved_bytes``) moves at most ``reference`` bytes.
+
+    reference: the bytes a good solution moves (computed by hand in the test);
+    minimum:   every input read once and every output written once, for scale.
+    """
+    if yours.total > reference:
+        raise TooMuchTraffic(yours, reference, minimum)
+
+
 class LoweringFailed(AssertionError):
     """The kernel runs in interpret mode but would not compile for a TPU."""
 

@@ -323,11 +323,10 @@ def _config_label(item) -> str:
 
 def _findings(excinfo, root: Path):
     """Findings for a failed test's exception, and the expected dtype if known."""
-    from .checking import Mismatch
-
     error = excinfo.value
-    if isinstance(error, Mismatch):
-        return error.findings(), str(error.expected.dtype)
+    if callable(getattr(error, "findings", None)):  # Mismatch, TooMuchTraffic
+        expected = getattr(error, "expected", None)
+        return error.findings(), str(expected.dtype) if expected is not None else None
     frames = [(f.filename, f.lineno, f.line or "") for f in traceback.extract_tb(excinfo.tb)]
     return [diagnose.explain(error, frames, root)], None
 

@@ -1,0 +1,212 @@
+"""Bytes a kernel moves between HBM and VMEM: what makes most kernels fast or slow.
+
+``moved_bytes(fn, *args)`` runs ``fn`` and sums, over every ``pallas_call``
+it makes, the traffic a TPU's pipeline would cause:
+
+* an input block is copied HBM -> VMEM at the first grid step and whenever
+  its block index differs from the previous step's (grid steps in row-major
+  order, the last axis fastest), so a block that stays put is fetched once;
+* an output block is copied VMEM -> HBM whenever its index is about to
+  change, and at the last step;
+* index maps are evaluated on the real scalar-prefetch values; the prefetch
+  operands themselves are not counted;
+* operands left in HBM (``memory_space=pl.ANY``) count only what the
+  kernel's own DMAs (``pltpu.make_async_copy``) move, as they run.
+
+A block that hangs off the end of its array counts only its in-bounds part.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import numpy as np
+
+MiB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    kernel: str
+    name: str
+    direction: str     # "read" (HBM -> VMEM) or "written" (VMEM -> HBM)
+    bytes: int
+    array_bytes: int   # the size of the whole array, for "read 4 times"
+    copies: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Traffic:
+    read: int
+    written: int
+    operands: tuple[Operand, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return self.read + self.written
+
+    def __str__(self) -> str:
+        return f"{mib(self.read)} read, {mib(self.written)} written"
+
+
+def mib(*sizes: int) -> str | list[str]:
+    """Byte counts in one unit (MiB, or KiB when all are small): '3.1 MiB'."""
+    unit, name = (MiB, "MiB") if max(sizes) >= MiB // 4 else (1024, "KiB")
+    shown = [f"{n / unit:.3g} {name}" for n in sizes]
+    return shown[0] if len(shown) == 1 else shown
+
+
+def moved_bytes(fn, *args, **static) -> Traffic:
+    """Runs ``fn(*args, **static)`` and returns the bytes its kernels move."""
+    import jax
+
+    calls: list[tuple[dict, list]] = []
+    dmas: list[Operand] = []
+    with _recording_calls(calls), _recording_dmas(dmas), jax.disable_jit():
+        jax.block_until_ready(fn(*args, **static))
+    operands = [op for params, values in calls for op in _pipelined(params, values)] + dmas
+    return Traffic(read=sum(o.bytes for o in operands if o.direction == "read"),
+                   written=sum(o.bytes for o in operands if o.direction == "written"),
+                   operands=tuple(operands))
+
+
+def _pipelined(params: dict, values: list) -> list[Operand]:
+    """The BlockSpec traffic of one pallas_call, from its grid and index maps."""
+    mapping = params["grid_mapping"]
+    grid = tuple(int(g) for g in mapping.grid)
+    prefetch = [np.asarray(v) for v in values[:mapping.num_index_operands]]
+    steps = np.indices(grid).reshape(len(grid), -1).T if grid else np.zeros((1, 0), int)
+    names = _operand_names(params, mapping)
+    kernel = str(params.get("name") or getattr(params["jaxpr"].debug_info, "func_name", "kernel"))
+    operands = []
+    for n, block in enumerate(mapping.block_mappings):
+        if _left_in_hbm(block):
+            continue
+        is_input = n < mapping.num_inputs
+        starts, sizes = _block_windows(block, steps, prefetch)
+        moved = (starts != np.roll(starts, 1, axis=0)).any(axis=1)  # new block this step
+        if is_input:
+            moved[0] = True
+        else:  # written back before the index changes, and at the end
+            moved = np.roll(moved, -1)
+            moved[-1] = True
+        shape = np.asarray(block.array_aval.shape)
+        in_bounds = np.clip(np.minimum(sizes, shape - starts), 0, None).prod(axis=1)
+        itemsize = np.dtype(block.array_aval.dtype).itemsize
+        operands.append(Operand(
+            kernel=kernel, name=names[n], direction="read" if is_input else "written",
+            bytes=int(in_bounds[moved].sum()) * itemsize,
+            array_bytes=int(shape.prod()) * itemsize, copies=int(moved.sum())))
+    return operands
+
+
+def _block_windows(block, steps: np.ndarray, prefetch: list) -> tuple[np.ndarray, np.ndarray]:
+    """Start offsets and sizes of ``block``'s window at every grid step."""
+    from jax._src.pallas import core as pallas_core
+
+    indices = _index_map(block.index_map_jaxpr, steps, prefetch)
+    starts, sizes = [], []
+    for d, dim in enumerate(block.block_shape):
+        if isinstance(dim, pallas_core.Blocked):
+            starts.append(indices[:, d] * dim.block_size)
+            sizes.append(dim.block_size)
+        else:  # Squeezed (size 1) or Element (the index is an element offset)
+            starts.append(indices[:, d])
+            sizes.append(getattr(dim, "block_size", 1))
+    return np.stack(starts, axis=1), np.broadcast_to(sizes, (len(steps), len(sizes)))
+
+
+def _index_map(closed, steps: np.ndarray, prefetch: list) -> np.ndarray:
+    """The block indices an index map returns at every grid step, evaluated at once."""
+    import jax
+    from jax._src import core
+    from jax._src.state.types import AbstractRef
+
+    jaxpr, consts = closed.jaxpr, closed.consts
+    if any(isinstance(v.aval, AbstractRef) for v in jaxpr.invars):
+        jaxpr, consts = _discharged(closed)  # prefetch refs become arrays
+    outputs = len(closed.jaxpr.outvars)
+
+    def at(step):
+        return core.eval_jaxpr(jaxpr, consts, *step, *prefetch)[:outputs]
+
+    if steps.shape[1] == 0:
+        return np.asarray([at(())], dtype=np.int64).reshape(1, -1)
+    columns = jax.jit(jax.vmap(at))(tuple(np.asarray(steps[:, i], np.int32)
+                                          for i in range(steps.shape[1])))
+    return np.stack([np.broadcast_to(np.asarray(c), len(steps)) for c in columns], axis=1)
+
+
+def _discharged(closed):
+    """``closed`` with its refs turned into plain array inputs (and extra outputs)."""
+    from jax._src.state.discharge import discharge_state
+
+    try:  # JAX >= 0.9: a ClosedJaxpr in, a ClosedJaxpr out
+        result = discharge_state(closed)
+        return result.jaxpr, result.consts
+    except TypeError:
+        return discharge_state(closed.jaxpr, closed.consts)
+
+
+def _operand_names(params, mapping) -> list[str]:
+    names = getattr(params["jaxpr"].debug_info, "arg_names", None)
+    if names is not None and hasattr(mapping, "slice_block_ops"):
+        picked = list(names[mapping.slice_block_ops])
+        if len(picked) == len(mapping.block_mappings) and all(picked):
+            return picked
+    return [str(b.origin) for b in mapping.block_mappings]
+
+
+def _left_in_hbm(block) -> bool:
+    space = getattr(block.transformed_block_aval, "memory_space", None)
+    return str(getattr(space, "value", space)).lower() in ("any", "hbm", "semaphore_mem")
+
+
+@contextlib.contextmanager
+def _recording_calls(calls: list):
+    """Records each pallas_call's parameters and concrete operands as it runs."""
+    from jax._src.pallas import pallas_call
+
+    primitive = pallas_call.pallas_call_p
+    original = primitive.impl
+
+    def impl(*args, **params):
+        calls.append((params, list(args)))
+        return original(*args, **params)
+
+    primitive.def_impl(impl)
+    try:
+        yield
+    finally:
+        primitive.def_impl(original)
+
+
+@contextlib.contextmanager
+def _recording_dmas(dmas: list):
+    """Records every DMA the TPU interpreter executes (make_async_copy and friends)."""
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
+    except ImportError:
+        yield
+        return
+    spaces = interpreter.TPU_MEMORY_SPACE_NAMES
+    original = interpreter.DMA.execute_read
+
+    def execute_read(dma):
+        started = dma.state == interpreter.DmaState.STARTED
+        original(dma)
+        if not (started and dma.data is not None):
+            return
+        source = str(spaces.get(dma.src_memory_space, "")).lower()
+        target = str(spaces.get(dma.dst_memory_space, "")).lower()
+        off_chip = ("any", "hbm")
+        direction = ("read" if source in off_chip and target not in off_chip else
+                     "written" if target in off_chip and source not in off_chip else "copied")
+        dmas.append(Operand(kernel="dma", name=f"{source} -> {target}", direction=direction,
+                            bytes=int(dma.data_size), array_bytes=int(dma.data_size), copies=1))
+
+    interpreter.DMA.execute_read = execute_read
+    try:
+        yield
+    finally:
+        interpreter.DMA.execute_read = original
