@@ -360,6 +360,10 @@ _ERRORS = [
      "at grid step {2}, the index map of {1} asks for block {0}, which lies outside the "
      "array. Index maps return block indices (element offset // block size), not "
      "element offsets."),
+    (r"Revisited block .*? of output (\d+) in iteration (\([^)]*\))", "revisited",
+     "output {0} goes back to a block it left earlier (at grid step {1}): its first "
+     "result was already written back and would be overwritten. The steps that write "
+     "one output block must be consecutive: put the reduction axis last in the grid."),
     (r"(?:IndexError|out of bounds|Out-of-bounds)", "out_of_bounds",
      "a read past the end of a buffer: check the slice bounds against the ref's shape."),
     (r"^LoweringFailed.*divisible by 8 and 128.*?for (\S+) in pallas_call.*?block shape "

@@ -191,6 +191,9 @@ def test_traced_if_from_a_real_tracer():
     ('INTERNAL: CpuCallback error calling callback: Traceback\nIndexError: Out-of-bounds '
      'block index (2, 0) for input "x_ref" in iteration (1,) on device 0 (core 0)',
      "out_of_bounds", "the index map of x_ref asks for block (2, 0)"),
+    ("RuntimeError: Revisited block (slice(0, 8, 1), slice(0, 128, 1)) of output 0 in "
+     "iteration (3,). The block was previously visited in iterations (0,) through (1,) .",
+     "revisited", "the reduction axis last in the grid"),
 ])
 def test_common_pallas_errors_in_plain_words(message, kind, words):
     finding = explain(ValueError(message), frames_in(), ROOT)

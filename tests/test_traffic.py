@@ -114,24 +114,6 @@ def test_prefetch_driven_gather_fetches_a_repeated_block_once_per_run():
                                 ("gather_kernel", "o_ref"): (7 * block, 7)}
 
 
-def test_an_output_revisited_after_a_change_is_written_each_time():
-    def kernel(order_ref, x_ref, o_ref):
-        o_ref[...] = x_ref[...]
-
-    def revisit(x):  # output block index per step: 0, 0, 1, 0
-        order = np.array([0, 0, 1, 0], np.int32)
-        return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((16, 128), x.dtype),
-            grid_spec=pltpu.PrefetchScalarGridSpec(
-                num_scalar_prefetch=1, grid=(4,),
-                in_specs=[pl.BlockSpec((8, 128), lambda i, order: (0, 0))],
-                out_specs=pl.BlockSpec((8, 128), lambda i, order: (order[i], 0))))(order, x)
-
-    traffic = moved_bytes(revisit, np.ones((8, 128), np.float32))
-    assert traffic.written == 3 * 8 * 128 * F32
-    assert traffic.read == 8 * 128 * F32
-
-
 def dma_kernel(x_hbm, o_ref, buf, sem):
     for half in range(2):
         copy = pltpu.make_async_copy(x_hbm.at[pl.ds(half * 8, 8)], buf, sem)
