@@ -2,13 +2,15 @@
 
 Read top to bottom, this module is the table of contents:
 
-  options        --hint[=N], --reference, --no-scoreboard, --pallas-timeout
+  options        --hint[=N], --reference, --no-scoreboard, --pallas-timeout,
+                 --classroom-result, --gradescope-results
   configure      resolve options once; register the run when the kit is here
   setup          skip tpu/gpu tests without the hardware; else TPU interpret mode
   call           fail on a race, or on a kernel that never finishes
   makereport     turn each failure into findings (diagnose.py)
   summary        failures grouped by puzzle, hints, the scoreboard
-  sessionfinish  the progress file (controller only, never under --reference)
+  sessionfinish  the progress file (controller only, never under --reference),
+                 grading files (grading.py)
 
 It stays inert outside a kit (no ``exercises/hints/`` under the rootdir) and
 never imports JAX at import time.
@@ -16,13 +18,15 @@ never imports JAX at import time.
 from __future__ import annotations
 
 import datetime
+import json
 import os
+import time
 import traceback
 from pathlib import Path
 
 import pytest
 
-from . import catalogue, chapters, diagnose, scoreboard
+from . import catalogue, chapters, diagnose, grading, scoreboard
 
 HARDWARE_MARKS = ("tpu", "gpu")
 DEFAULT_TIMEOUT = 120.0
@@ -46,6 +50,13 @@ def pytest_addoption(parser):
         "--pallas-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
         help="fail a puzzle test that runs longer than this, e.g. a kernel waiting "
              f"on a DMA nobody started (default {DEFAULT_TIMEOUT:g}; 0 turns it off).")
+    group.addoption(
+        "--classroom-result", default=None, metavar="PATH",
+        help="write the GitHub Classroom grading result (base64 JSON, one entry per "
+             "puzzle) to PATH, for classroom-resources/autograding-grading-reporter.")
+    group.addoption(
+        "--gradescope-results", default=None, metavar="PATH",
+        help="write Gradescope's results.json (one test per puzzle) to PATH.")
     group.addoption(
         "--pallas-patch", action="append", default=[], metavar="FILE",
         help="(kit maintainers) load FILE over its chapter module, e.g. a known "
@@ -117,6 +128,8 @@ class PallasRun:
         self.reports: list[dict] = []
         self.progress, self.warning = None, None
         self.hint_levels: dict[str, list[int]] = {}
+        self.broken_files: dict[str, str] = {}   # chapter -> why its tests did not collect
+        self.started = time.monotonic()
 
     # -- collection: how many tests each puzzle has, before -k deselects any
     @pytest.hookimpl(tryfirst=True)
@@ -164,7 +177,8 @@ class PallasRun:
         if not puzzle_id or not (report.when == "call" or report.failed or report.skipped):
             return report
         data = {"puzzle": puzzle_id, "nodeid": report.nodeid, "of": item.stash.get(_COUNT, 0),
-                "outcome": report.outcome, "config": _config_label(item),
+                "outcome": report.outcome, "when": report.when, "config": _config_label(item),
+                "location": list(report.location[:2]), "duration": report.duration,
                 "seed": getattr(item.funcargs.get("rng"), "seed", None),
                 "needs": _hardware_mark(item) if report.skipped else None}
         if report.failed and call.excinfo is not None:
@@ -181,13 +195,20 @@ class PallasRun:
         if data:
             self.reports.append(data)
 
-    # -- sessionfinish: fold this run into the progress file
-    def pytest_sessionfinish(self, session):
-        if not self.reports or self._is_worker():
+    def pytest_collectreport(self, report):
+        name = Path(report.nodeid.split("::")[0]).stem
+        if report.failed and name.startswith("test_") and name[5:] in self.kit:
+            self.broken_files[name[5:]] = (f"{report.nodeid} could not be collected: "
+                                           f"{str(report.longrepr).strip().splitlines()[-1]}")
+
+    # -- sessionfinish: fold this run into the progress file; write grading files
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self._is_worker() or not (self.reports or self.broken_files):
             return
         self.progress, self.warning = scoreboard.load(self.root)
         runs, _ = scoreboard.tally(self.reports)
         self.hint_levels = self._hint_levels(runs)
+        self._write_grades(runs, exitstatus)
         if self.reference:
             return
         chapter_of = {pid: p.chapter for pid, p in self.puzzles.items()}
@@ -196,6 +217,23 @@ class PallasRun:
             scoreboard.save(self.root, self.progress)
         except OSError as error:
             self.warning = f"pallas: could not save progress ({error})"
+
+    def _write_grades(self, runs, exitstatus):
+        classroom = self.config.getoption("classroom_result")
+        gradescope = self.config.getoption("gradescope_results")
+        if not (classroom or gradescope):
+            return
+        graded = grading.grade(self.kit, runs, self.reports, self.broken_files,
+                               self._failure_text, self._command)
+        completed = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+        if classroom:
+            Path(classroom).write_text(grading.classroom_result(graded, completed) + "\n")
+        if gradescope:
+            _, hardware = scoreboard.tally(self.reports)
+            board = scoreboard.render(self.kit, self.progress, runs, hardware, self._command)
+            results = grading.gradescope_results(graded, time.monotonic() - self.started,
+                                                 "\n".join(board))
+            Path(gradescope).write_text(json.dumps(results, indent=1) + "\n")
 
     # -- summary: pytest's own sections first, then ours
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -260,6 +298,12 @@ class PallasRun:
             lines.append(f"  {'more':<{diagnose.LABEL_WIDTH}}{self._command(puzzle)}"
                          f"   (hint {level} of {catalogue.HINT_LEVELS})")
         return lines
+
+    def _failure_text(self, run) -> str:
+        lines = self._failure_lines(run.first_failure)
+        if run.failed > 1 and run.status != "not_started":
+            lines.append(f"  ({run.failed - 1} more tests of this puzzle fail)")
+        return "\n".join(lines)
 
     def _hint_lines(self, puzzle, level: int) -> list[str]:
         title = {1: "the idea", 2: "a skeleton", 3: "the solution"}[level]

@@ -37,6 +37,7 @@ class PuzzleRun:
     passed: int = 0
     failed: int = 0
     not_started: int = 0
+    errored: int = 0                    # failures outside the test itself (setup, teardown)
     first_failure: dict | None = None   # the report data of its first failing test
     failures: list = dataclasses.field(default_factory=list)
 
@@ -71,6 +72,7 @@ def tally(reports: list[dict]) -> tuple[dict[str, PuzzleRun], dict[str, int]]:
             run.failures.append(data)
             kinds = [f["kind"] for f in data.get("findings", [])]
             run.not_started += kinds[:1] == ["not_started"]
+            run.errored += data.get("when", "call") != "call"
             run.first_failure = run.first_failure or data
         elif data["outcome"] == "passed":
             run.passed += 1

@@ -15,6 +15,34 @@ ROOT = Path(__file__).resolve().parent.parent
 MISTAKES = ROOT / "tests" / "mistakes"
 
 
+TOY_HINTS = '''
+[chapter]
+title = "Toy"
+order = 0
+
+[[puzzle]]
+name = "answer"
+title = "The answer"
+points = 5
+edit = ["answer"]
+hints = ["Return a number.", "def answer():\\n    return ____"]
+[puzzle.say]
+values = "not the answer."
+'''
+
+TOY_TEST = '''
+import pytest
+from pytest_pallas_hints import chapter, check
+
+toy = chapter("toy")
+
+@pytest.mark.puzzle("toy.answer")
+@pytest.mark.parametrize("n", [1, 2])
+def test_answer(n):
+    check(toy.answer() * n, 42.0 * n)
+'''
+
+
 class Kit:
     def __init__(self, pytester):
         self.pytester = pytester
@@ -30,6 +58,15 @@ class Kit:
         if subprocess:
             return self.pytester.runpytest_subprocess(*args)
         return self.pytester.runpytest_inprocess(*args)
+
+    def add_toy_chapter(self, solved: bool):
+        """A one-puzzle chapter without JAX (toy.answer, 5 points), to test the
+        whole-kit scoreboard and grading cheaply."""
+        self.write("exercises/hints/toy.toml", TOY_HINTS)
+        self.write("exercises/test_toy.py", TOY_TEST)
+        self.write("reference/toy.py", "def answer():\n    return 42.0\n")
+        body = "    return 42.0\n" if solved else "    raise NotImplementedError\n"
+        self.write("exercises/toy.py", f'def answer():\n    """The answer."""\n{body}')
 
     def write(self, relative: str, text: str) -> Path:
         path = self.path / relative

@@ -5,43 +5,6 @@ import re
 
 import pytest
 
-TOY_HINTS = '''
-[chapter]
-title = "Toy"
-order = 0
-
-[[puzzle]]
-name = "answer"
-title = "The answer"
-points = 5
-edit = ["answer"]
-hints = ["Return a number.", "def answer():\\n    return ____"]
-[puzzle.say]
-values = "not the answer."
-'''
-
-TOY_TEST = '''
-import pytest
-from pytest_pallas_hints import chapter, check
-
-toy = chapter("toy")
-
-@pytest.mark.puzzle("toy.answer")
-@pytest.mark.parametrize("n", [1, 2])
-def test_answer(n):
-    check(toy.answer() * n, 42.0 * n)
-'''
-
-
-def add_toy_chapter(kit, solved: bool):
-    """A one-puzzle chapter without JAX, to test the whole-kit scoreboard cheaply."""
-    kit.write("exercises/hints/toy.toml", TOY_HINTS)
-    kit.write("exercises/test_toy.py", TOY_TEST)
-    kit.write("reference/toy.py", "def answer():\n    return 42.0\n")
-    body = "    return 42.0\n" if solved else "    raise NotImplementedError\n"
-    kit.write("exercises/toy.py", f'def answer():\n    """The answer."""\n{body}')
-
-
 def headline(out: str) -> list[str]:
     return re.findall(r"^Pallas exercises.*points$", out, re.M)
 
@@ -70,7 +33,7 @@ def test_options_are_documented_in_help(kit):
 
 
 def test_bare_hint_before_a_path_does_not_swallow_it(kit):
-    add_toy_chapter(kit, solved=False)
+    kit.add_toy_chapter(solved=False)
     result = kit.run("--hint", "exercises/test_toy.py")
     assert "hint 1 of 3 · the idea" in result.stdout.str()
     result.assert_outcomes(failed=2)
@@ -96,7 +59,7 @@ def test_hint_n_shows_levels_one_to_n(kit):
 
 
 def test_passing_puzzles_print_no_hint(kit):
-    add_toy_chapter(kit, solved=True)
+    kit.add_toy_chapter(solved=True)
     out = kit.run("exercises/test_toy.py", "--hint=3").stdout.str()
     assert "hint 1 of 3" not in out and "passed" in out
 
@@ -119,7 +82,7 @@ def test_without_reference_the_reference_option_is_a_usage_error(kit):
 
 
 def test_hint_and_reference_work_from_the_exercises_folder(kit):
-    add_toy_chapter(kit, solved=False)
+    kit.add_toy_chapter(solved=False)
     kit.pytester.chdir()
     import os
 
@@ -149,7 +112,7 @@ def test_verbose_still_shows_the_raw_traceback(kit):
 
 
 def test_a_wrong_answer_names_the_puzzle_config_and_seed(kit):
-    add_toy_chapter(kit, solved=True)
+    kit.add_toy_chapter(solved=True)
     kit.write("exercises/toy.py", 'def answer():\n    """x"""\n    return 41.0\n')
     out = kit.run("exercises/test_toy.py").stdout.str()
     assert re.search(r"^✗ toy.answer  \[1, float64\]$", out, re.M)
@@ -159,7 +122,7 @@ def test_a_wrong_answer_names_the_puzzle_config_and_seed(kit):
 
 
 def test_syntax_error_in_one_chapter_fails_its_tests_and_grades_the_rest(kit):
-    add_toy_chapter(kit, solved=True)
+    kit.add_toy_chapter(solved=True)
     kit.write("exercises/basics.py", "def add_one(x:\n    pass\n")
     result = kit.run("exercises")
     out = result.stdout.str()
@@ -171,7 +134,7 @@ def test_syntax_error_in_one_chapter_fails_its_tests_and_grades_the_rest(kit):
 # ------------------------------------------------------------ scoreboard ---
 
 def test_scoreboard_covers_the_whole_kit_and_remembers_other_chapters(kit):
-    add_toy_chapter(kit, solved=True)
+    kit.add_toy_chapter(solved=True)
     kit.run("exercises/test_toy.py")
     out = kit.run("exercises/test_basics.py", "-k", "add_one").stdout.str()
     board = scoreboard(out)
@@ -182,7 +145,7 @@ def test_scoreboard_covers_the_whole_kit_and_remembers_other_chapters(kit):
 
 
 def test_scoreboard_is_printed_once_and_the_same_under_xdist(kit):
-    add_toy_chapter(kit, solved=True)
+    kit.add_toy_chapter(solved=True)
     serial = kit.run("exercises/test_toy.py", "exercises/test_basics.py", "-k", "answer or tiled",
                      subprocess=True).stdout.str()
     (kit.path / ".pallas_progress.json").unlink()
@@ -194,12 +157,12 @@ def test_scoreboard_is_printed_once_and_the_same_under_xdist(kit):
 
 
 def test_no_scoreboard(kit):
-    add_toy_chapter(kit, solved=True)
+    kit.add_toy_chapter(solved=True)
     assert headline(kit.run("exercises/test_toy.py", "--no-scoreboard").stdout.str()) == []
 
 
 def test_a_puzzle_is_solved_only_when_all_its_tests_ran_and_passed(kit):
-    add_toy_chapter(kit, solved=True)
+    kit.add_toy_chapter(solved=True)
     out = kit.run("exercises/test_toy.py", "-k", "1").stdout.str()
     assert "0 of 10 puzzles" in out
     out = kit.run("exercises/test_toy.py").stdout.str()
@@ -207,13 +170,13 @@ def test_a_puzzle_is_solved_only_when_all_its_tests_ran_and_passed(kit):
 
 
 def test_reference_runs_do_not_touch_the_progress_file(kit):
-    add_toy_chapter(kit, solved=False)
+    kit.add_toy_chapter(solved=False)
     kit.run("exercises/test_toy.py", "--reference")
     assert not (kit.path / ".pallas_progress.json").exists()
 
 
 def test_progress_file_is_versioned_json(kit):
-    add_toy_chapter(kit, solved=True)
+    kit.add_toy_chapter(solved=True)
     kit.run("exercises/test_toy.py")
     data = json.loads((kit.path / ".pallas_progress.json").read_text())
     assert data["version"] == 1
@@ -223,7 +186,7 @@ def test_progress_file_is_versioned_json(kit):
 
 @pytest.mark.parametrize("content", ["{not json", '{"version": 99, "puzzles": {}}', "[]"])
 def test_a_corrupt_progress_file_is_set_aside_with_a_warning(kit, content):
-    add_toy_chapter(kit, solved=True)
+    kit.add_toy_chapter(solved=True)
     (kit.path / ".pallas_progress.json").write_text(content)
     result = kit.run("exercises/test_toy.py")
     out = result.stdout.str()

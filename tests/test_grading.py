@@ -1,0 +1,254 @@
+"""Grading: the GitHub Classroom result and Gradescope's results.json, decoded and
+checked field by field; broken chapters, hangs and skips; the classroom copy."""
+import base64
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_pallas_hints import catalogue, classroom
+
+ROOT = Path(__file__).resolve().parent.parent
+KIT = catalogue.load(ROOT)
+TOTAL = sum(c.points for c in KIT.values())
+
+
+def classroom_result(kit, *args):
+    kit.run(*args, "--classroom-result=result.b64")
+    return json.loads(base64.b64decode((kit.path / "result.b64").read_text()))
+
+
+def gradescope_results(kit, *args):
+    kit.run(*args, "--gradescope-results=results.json")
+    return json.loads((kit.path / "results.json").read_text())
+
+
+def by_id(tests):
+    return {t["name"].split(" · ")[0]: t for t in tests}
+
+
+TEST_FIELDS = {"name": str, "status": str, "score": int, "message": str, "test_code": str,
+               "filename": str, "line_no": int, "duration": float}
+
+
+def test_reference_run_gets_full_marks_with_the_kit_total_as_max(kit):
+    result = classroom_result(kit, "exercises", "--reference", "-n", "2")
+    assert set(result) == {"version", "status", "max_score", "tests"}
+    assert result["version"] == 1 and result["status"] == "pass"
+    assert result["max_score"] == TOTAL
+    puzzles = catalogue.puzzles(KIT)
+    assert set(by_id(result["tests"])) == set(puzzles)
+    for test in result["tests"]:
+        assert {k: type(v) for k, v in test.items()} == TEST_FIELDS
+        puzzle = puzzles[test["name"].split(" · ")[0]]
+        assert test["name"] == f"{puzzle.id} · {puzzle.title}"
+        assert (test["status"], test["score"], test["message"]) == ("pass", puzzle.points, "")
+        assert test["test_code"] == f"pytest exercises/test_{puzzle.chapter}.py " \
+                                    f"-k {puzzle.name} --hint"
+        assert test["filename"] == f"exercises/test_{puzzle.chapter}.py"
+        source = (kit.path / test["filename"]).read_text().splitlines()
+        assert source[test["line_no"] - 1].startswith(("def test_", "@"))  # the test's first line
+        assert test["duration"] > 0
+
+
+def test_untouched_stubs_score_zero_and_say_not_started(kit):
+    result = classroom_result(kit, "exercises")
+    assert result["status"] == "fail" and result["max_score"] == TOTAL
+    for test in result["tests"]:
+        assert (test["status"], test["score"]) == ("fail", 0)
+        assert re.search(r"not started — edit exercises/\w+\.py:\d+", test["message"])
+
+
+def test_gradescope_results_field_by_field(kit):
+    kit.add_toy_chapter(solved=True)
+    results = gradescope_results(kit, "exercises/test_toy.py", "exercises/test_basics.py",
+                                 "-k", "answer or tiled")
+    assert set(results) == {"score", "execution_time", "output", "tests"}
+    assert results["score"] == sum(t["score"] for t in results["tests"]) == 5
+    assert results["execution_time"] > 0
+    assert results["output"].startswith("Pallas exercises · 1 of")
+    tests = by_id(results["tests"])
+    assert tests["toy.answer"] == {"name": "toy.answer · The answer", "number": "1.1",
+                                   "score": 5, "max_score": 5, "status": "passed",
+                                   "output": "solved", "visibility": "visible"}
+    tiled = tests["basics.tiled"]
+    assert (tiled["number"], tiled["score"], tiled["max_score"], tiled["status"]) == \
+        ("2.2", 0, 10, "failed")
+    assert "basics.tiled" in tiled["output"] and "not started" in tiled["output"]
+    assert sum(t["max_score"] for t in results["tests"]) == 5 + KIT["basics"].points
+
+
+def test_a_chapter_that_fails_to_import_scores_zero_and_the_others_still_score(kit):
+    kit.add_toy_chapter(solved=True)
+    kit.write("exercises/basics.py", "def add_one(x:\n")
+    result = classroom_result(kit, "exercises/test_toy.py", "exercises/test_basics.py")
+    tests = by_id(result["tests"])
+    assert tests["toy.answer"]["score"] == 5
+    basics = [t for name, t in tests.items() if name.startswith("basics.")]
+    assert len(basics) == 9 and all(t["score"] == 0 for t in basics)
+    assert all("does not import: SyntaxError" in t["message"] for t in basics)
+
+
+def test_a_test_file_that_cannot_be_collected_is_an_error_for_its_puzzles(kit):
+    kit.add_toy_chapter(solved=True)
+    kit.write("exercises/test_basics.py", "import no_such_module\n")
+    result = classroom_result(kit, "exercises/test_toy.py", "exercises/test_basics.py",
+                              "--continue-on-collection-errors")
+    tests = by_id(result["tests"])
+    assert tests["toy.answer"]["score"] == 5
+    assert tests["basics.tiled"]["status"] == "error"
+    assert "no_such_module" in tests["basics.tiled"]["message"]
+    assert result["max_score"] == 5 + KIT["basics"].points
+
+
+def test_a_hang_fails_its_puzzle_within_the_bound_and_loses_nothing_else(kit):
+    kit.add_toy_chapter(solved=True)
+    kit.write("exercises/toy.py", '''
+import time
+
+def answer():
+    """Waits forever."""
+    while True:
+        time.sleep(0.05)
+''')
+    kit.write("exercises/test_toy2.py", '''
+import pytest
+
+@pytest.mark.puzzle("basics.add_one")
+def test_add_one_placeholder():
+    pass
+''')
+    result = classroom_result(kit, "exercises/test_toy.py", "exercises/test_toy2.py",
+                              "--pallas-timeout=1")
+    tests = by_id(result["tests"])
+    assert tests["toy.answer"]["score"] == 0
+    assert "no result after 1 s" in tests["toy.answer"]["message"]
+    assert tests["basics.add_one"]["status"] == "pass"
+
+
+def test_skipped_and_xfailed_tests_never_score(kit):
+    kit.add_toy_chapter(solved=True)
+    kit.write("exercises/test_toy.py", '''
+import pytest
+
+@pytest.mark.puzzle("toy.answer")
+@pytest.mark.tpu
+def test_answer_on_tpu():
+    pass
+
+@pytest.mark.puzzle("basics.add_one")
+@pytest.mark.xfail(reason="known")
+def test_add_one_xfail():
+    assert False
+
+@pytest.mark.puzzle("basics.tiled")
+@pytest.mark.skip(reason="not today")
+def test_tiled_skipped():
+    pass
+''')
+    tests = by_id(classroom_result(kit, "exercises/test_toy.py")["tests"])
+    assert tests["toy.answer"]["score"] == 0
+    assert tests["basics.add_one"]["score"] == 0
+    assert tests["basics.tiled"]["score"] == 0
+
+
+# -------------------------------------------------------- classroom copy ---
+
+def test_the_classroom_copy_has_no_solution_and_still_runs(tmp_path, pytester):
+    out = tmp_path / "copy"
+    classroom.main([str(out), "--from", str(ROOT)])
+    assert not (out / "reference").exists() and not (out / "tests").exists()
+    assert (out / ".github" / "workflows" / "classroom.yml").exists()
+    assert classroom.solution_leaks(ROOT / "reference", out) == []
+    # an independent scan: no file holds any multi-line reference function body
+    import ast
+
+    for path in (ROOT / "reference").glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and len(node.body) > 2 \
+                    and "PROVIDED" not in (ast.get_docstring(node) or ""):
+                body = "\n".join(ast.unparse(s) for s in node.body[1:])
+                for file in out.rglob("*.py"):
+                    for other in ast.walk(ast.parse(file.read_text())):
+                        if isinstance(other, ast.FunctionDef):
+                            assert "\n".join(ast.unparse(s) for s in other.body[1:]) != body, \
+                                f"{file}: {node.name}"
+    pytester.chdir()
+    import os
+
+    os.chdir(out)
+    result = pytester.runpytest_inprocess("exercises/test_basics.py", "-k", "add_one",
+                                          "--hint=3", "-p", "no:cacheprovider")
+    assert "not shipped with this copy" in result.stdout.str()
+    assert "hint 2 of 3" in result.stdout.str()
+    assert "o_ref[...] = x_ref[...] + 1" not in result.stdout.str()
+
+
+def test_the_classroom_copy_refuses_to_ship_a_solution(tmp_path):
+    kit = tmp_path / "kit"
+    for name in ("exercises", "reference", "pytest_pallas_hints"):
+        (kit / name).mkdir(parents=True)
+    (kit / "exercises" / "hints").mkdir()
+    (kit / "reference" / "toy.py").write_text(
+        "def answer():\n    x = 40\n    return x + 2\n")
+    (kit / "exercises" / "toy.py").write_text(
+        "def answer():\n    x = 40\n    return x + 2   # oops, solved\n")
+    with pytest.raises(SystemExit, match="solution code found"):
+        classroom.make_copy(kit, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def restore_script() -> str:
+    """The workflow's restore step, as the shell script GitHub runs."""
+    text = (ROOT / ".github" / "workflows" / "classroom.yml").read_text()
+    block = text.split("- name: Restore the tests, hints, plugin and config")[1]
+    block = block.split("run: |\n", 1)[1].split("\n\n", 1)[0]
+    return "\n".join(line[10:] for line in block.splitlines())
+
+
+def test_the_workflow_restores_tests_hints_plugin_and_config_from_the_template(tmp_path):
+    repo = tmp_path / "student"
+    classroom.main([str(repo), "--from", str(ROOT)])
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                              text=True).stdout
+
+    git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "template")
+    original = {p: (repo / p).read_text() for p in
+                ("exercises/test_basics.py", "exercises/hints/basics.toml", "pyproject.toml",
+                 "pytest_pallas_hints/scoreboard.py")}
+    # the student edits the tests, hints, plugin and config, and adds a conftest
+    for path in original:
+        (repo / path).write_text("# edited by the student\n")
+    (repo / "conftest.py").write_text("# a student hook\n")
+    (repo / "exercises" / "test_extra.py").write_text("def test_free_points(): pass\n")
+    (repo / "pytest.ini").write_text("[pytest]\naddopts = -p no:pallas_hints\n")
+    (repo / "exercises" / "basics.py").write_text("# the student's work\n")
+    git("add", "-A")
+    git("-c", "user.name=s", "-c", "user.email=s@s", "commit", "-qm", "work")
+
+    subprocess.run(["bash", "-euo", "pipefail", "-c", restore_script()], cwd=repo, check=True)
+    for path, text in original.items():
+        assert (repo / path).read_text() == text, path
+    assert (repo / "conftest.py").read_text() == (ROOT / "conftest.py").read_text()
+    assert not (repo / "exercises" / "test_extra.py").exists()
+    assert not (repo / "pytest.ini").exists()
+    assert (repo / "exercises" / "basics.py").read_text() == "# the student's work\n"
+    graded = (repo / "graded-tests.txt").read_text().split()
+    assert "exercises/test_basics.py" in graded and "exercises/test_extra.py" not in graded
+
+
+def test_the_workflow_has_github_classrooms_shape():
+    text = (ROOT / ".github" / "workflows" / "classroom.yml").read_text()
+    for needed in ("- push", "- repository_dispatch", "checks: write", "actions: read",
+                   "contents: read", "github.actor != 'github-classroom[bot]'",
+                   "fetch-depth: 0", "JAX_PLATFORMS=cpu", "--classroom-result=result.b64",
+                   'echo "result=', ">> \"$GITHUB_OUTPUT\"",
+                   "classroom-resources/autograding-grading-reporter@v1",
+                   'PALLAS_RESULTS: "${{ steps.pallas.outputs.result }}"', "runners: pallas"):
+        assert needed in text, needed
