@@ -181,11 +181,17 @@ def column_sums_kernel(x_ref, o_ref, *, M):
     For an elementwise kernel that garbage never matters: its results land
     past the end of the output and are dropped. A sum mixes rows, so here the
     garbage must be masked out first. Each row's global index is
-    `pl.program_id(0) * bm + jax.lax.broadcasted_iota(jnp.int32, shape, 0)`
-    (program_id: this run's grid index; broadcasted_iota: 0, 1, 2... along a
-    dim). Keep rows whose index is < M.
 
-    Mask with jnp.where, not by multiplying with a 0/1 mask: NaN * 0 is NaN.
+        bm = x_ref.shape[0]          # the block's own size: bm is not passed in
+        row = pl.program_id(0) * bm + jax.lax.broadcasted_iota(jnp.int32, x_ref.shape, 0)
+
+    (pl.program_id(0): this run's index along grid axis 0; broadcasted_iota:
+    0, 1, 2... along dim 0 of the given shape). Keep the rows whose index is < M.
+
+    Mask with jnp.where(row < M, x, 0) rather than by multiplying with a 0/1
+    mask: on a TPU the garbage can be NaN or Inf, and NaN * 0 is NaN. (On a
+    CPU, XLA quietly turns such a multiply into a select, so these tests
+    cannot catch it; a TPU would.)
     """
     raise NotImplementedError
 
@@ -232,7 +238,10 @@ def row_sum_kernel(x_ref, o_ref):
         def _():
             ...                           # runs only where the condition holds
 
-    Fresh output buffers hold garbage (NaN here): start the sum at zero.
+    Start every row's sum at zero, at j == 0 — for every i, not only the first.
+    The output buffer in VMEM is reused from one row block to the next: in
+    interpret mode it holds NaN only for the very first block, and afterwards
+    whatever the previous block left in it.
     """
     raise NotImplementedError
 
@@ -259,8 +268,11 @@ def bias_gelu_kernel(x_ref, b_ref, o_ref):
     """Store gelu(x + b) for this block: x_ref (bm, D), b_ref (1, D).
 
     Compute in float32 (cast with .astype(jnp.float32)) and cast the result
-    back to o_ref.dtype: bf16 inputs, f32 math, bf16 output. jax.nn.gelu
-    works inside a kernel (its default is the tanh approximation).
+    back to o_ref.dtype: bf16 inputs, f32 math, bf16 output. The habit pays
+    off wherever values are combined (a sum, a matmul): bf16 keeps 8 bits of
+    mantissa and would round after every step; and TPUs before v6 have no
+    bf16 vector arithmetic anyway. jax.nn.gelu works inside a kernel (its
+    default is the tanh approximation).
     """
     raise NotImplementedError
 
@@ -275,6 +287,12 @@ def bias_gelu(x, b, *, bm=8):
     Every row block needs the same bias: give b the shape (1, D) and an index
     map that returns block (0, 0) for every i. Pallas then copies it into
     VMEM once and keeps it there, because its block index never changes.
+    (Why 2-D? A TPU lays data out in (8, 128) tiles of the last two dims; a
+    (1, D) block of a (1, D) array follows the rule "equal to the array's
+    dims", and the kernel's (bm, D) + (1, D) broadcasts like NumPy.)
+
+    The efficiency test checks the fusion: x and b read once, the output
+    written once, and no work done by JAX ops outside the kernel.
     """
     raise NotImplementedError
 
@@ -298,6 +316,9 @@ def outer_relu_dy_kernel(x_ref, y_ref, g_ref, dy_ref):
     """Accumulate dy for column block j over the row blocks i.
 
     dy[n] = sum_m  g[m, n] * (x[m] * y[n] > 0) * x[m];   dy_ref (1, bn).
+
+    The grid of this call is (j, i): the reduced axis i is pl.program_id(1),
+    and the index maps receive (j, i) in that order.
     """
     raise NotImplementedError
 

@@ -79,6 +79,12 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
         if wrong_answer.shape == expected.shape and close(yours, wrong_answer, tolerance).all():
             findings.insert(0, Finding(key, f"your {name} matches a known wrong answer "
                                             f"({key.replace('_', ' ')})."))
+    if grid is not None and not nan.any() and grid.carried(y, e, tolerance):
+        findings.append(Finding("carried", (
+            "each output block starts where the previous one ended: the accumulator is "
+            "not reset when a new output block begins. Zero it whenever the reduction "
+            "axis starts over (pl.program_id(r) == 0 for the reduction axis r, whatever "
+            "the other axes), not only at the very first grid step.")))
     if nan.any():
         findings.append(_nan_finding(nan, bad, grid, tail))
     if not np.any(y) and np.any(e):
@@ -171,8 +177,8 @@ def _error_rows(y, e, bad, nan, grid) -> list[tuple[str, str]]:
 
 def _constant_factor(y, e, tolerance) -> float | None:
     ee = float(np.vdot(e, e))
-    if not np.isfinite(y).all() or ee == 0:
-        return None
+    if not np.isfinite(y).all() or ee == 0 or np.ptp(e) == 0:
+        return None  # a constant expected value is a multiple of anything
     c = float(np.vdot(y, e)) / ee
     if abs(c - 1) < 1e-3 or c == 0 or not close(y, c * e, max(tolerance, 1e-4) * 10).all():
         return None
@@ -231,6 +237,19 @@ class _BlockGrid:
             split += [c, b]
         return padded.reshape(split).any(axis=tuple(range(1, 2 * len(self.shape), 2)))
 
+    def carried(self, y: np.ndarray, e: np.ndarray, tolerance: float) -> bool:
+        """Each block (in grid order) equals its expected value plus the previous block's."""
+        if any(s % b for s, b in zip(self.shape, self.blocks)) or self.count < 2:
+            return False
+        order = [tuple(slice(i * b, (i + 1) * b) for i, b in zip(ix, self.blocks))
+                 for ix in np.ndindex(*self.counts)]
+        wrong_later = False
+        for before, now in zip(order, order[1:]):
+            if not close(y[now], e[now] + y[before], tolerance).all():
+                return False
+            wrong_later |= not close(y[now], e[now], tolerance).all()
+        return wrong_later
+
     def tail_axis(self, bad: np.ndarray) -> int | None:
         wrong = self.wrong(bad)
         for d, (s, b, c) in enumerate(zip(self.shape, self.blocks, self.counts)):
@@ -250,6 +269,8 @@ class _BlockGrid:
             bad = [tuple(int(i) for i in ix) for ix in np.argwhere(wrong)[:8]]
             return ("blocks", f"wrong blocks (block index per dim): {bad}"
                     + (" ..." if wrong.sum() > 8 else ""))
+        if not col_dims and row_dim is not None:  # one tiled dim: a single line
+            table, col_dims, row_dim = table.T, [row_dim], None
         cols = "·".join(self.axes[d] for d in col_dims) or "-"
         corner = f"{self.axes[row_dim]}\\{cols}" if row_dim is not None else cols
         width = max(len(corner), len(str(table.shape[0] - 1))) + 1
@@ -275,7 +296,9 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
     for pattern, name, says in _ERRORS:
         match = re.search(pattern, text, re.S)
         if match:
-            finding = Finding(name, says.format(*match.groups()), where=where)
+            groups = [_readable(g) for g in match.groups()]
+            says = says(*groups) if callable(says) else says.format(*groups)
+            finding = Finding(name, says, where=where)
             message = _line_at(text, match.start())
             break
     else:
@@ -284,7 +307,12 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
     if finding.kind in _QUIET:
         return finding
     if finding.kind not in _SELF_EXPLAINED:
-        finding.facts.append(("error", message if len(message) < 300 else message[:297] + "..."))
+        finding.facts.append(("raised", message if len(message) < 300 else message[:297] + "..."))
+    if finding.kind == "kernel_returns":  # point at the kernel, not at its pallas_call
+        found = re.search(r"pallas_call (\w+) at (\S+\.py):(\d+)", text)
+        if found:
+            where, _ = _learner_line([(found[2], int(found[3]), "")], root, chapter_files)
+            finding.where, code = where, f"def {found[1]}(...)"
     if finding.kind == "race":
         sites = re.findall(r"(\S+\.py):(\d+)(?::\d+)? \((\w+)\)", text)
         finding.facts.append(("race", "\n".join(
@@ -296,8 +324,30 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
     return finding
 
 
+def _out_of_bounds(block: str, name: str, step: str) -> str:
+    """Why an index map pointed outside its array, guessed from the numbers."""
+    said = (f"at grid step {step}, the index map of {name} asks for block {block}, "
+            "which lies outside the array. ")
+    wanted = [int(n) for n in re.findall(r"-?\d+", block)]
+    at = [int(n) for n in re.findall(r"-?\d+", step)]
+    if len(at) >= 2 and wanted[:len(at)] == at[::-1]:
+        return said + ("That is the grid step reversed: does the index map return (j, i) "
+                       "where the grid runs over (i, j)?")
+    if any(w > a > 0 and w % a == 0 for w in wanted for a in at):
+        return said + ("It looks like an element offset (i * block size): index maps "
+                       "return block indices, which Pallas multiplies by the block shape.")
+    return said + ("Index maps return block indices, from 0 to the number of blocks - 1 "
+                   "along each dim; check it against the grid.")
+
+
+def _readable(text: str) -> str:
+    """JAX's block shapes as a learner writes them: (Blocked(block_size=8), ...) -> (8, ...)."""
+    text = re.sub(r"Blocked\(block_size=(\d+)\)", r"\1", text or "")
+    return re.sub(r"Squeezed\(\)", "None", text)
+
+
 _QUIET = {"not_started"}                       # one line, no facts
-_SELF_EXPLAINED = {"traced_if", "race", "hang", "broken_chapter"}
+_SELF_EXPLAINED = {"traced_if", "race", "hang", "broken_chapter", "lowering"}
 
 
 def _line_at(text: str, position: int) -> str:
@@ -345,8 +395,8 @@ _ERRORS = [
      "conditionally, jnp.where(cond, a, b) for values, lax.cond for branches."),
     (r"Index map function .*? must return (\d+) values .*?Currently returning (\d+) values",
      "index_map_arity",
-     "an index map returns {1} block indices but its block has {0} dims: return one "
-     "block index per dim of the block (a tuple, even for one dim)."),
+     "an index map must return {0} block indices, one per dim of its block, but "
+     "returns {1}: return a tuple with an index for every dim (even when it is 0)."),
     (r"Index map function .*? must return integer scalars", "index_map_arity",
      "an index map must return integer block indices (use // not /)."),
     (r"Invalid shape for `swap`\. Ref shape: (\([^)]*\))\..*?Value shape: (\([^)]*\))",
@@ -356,10 +406,13 @@ _ERRORS = [
     (r"Invalid dtype for `swap`\. Ref dtype: (\w+)\. Value dtype: (\w+)", "store_dtype",
      "you stored a {1} value into a {0} ref: cast it first, value.astype(o_ref.dtype)."),
     (r"Out-of-bounds block index (\([^)]*\)) for (?:input|output) \"(\w+)\" in iteration "
-     r"(\([^)]*\))", "out_of_bounds",
-     "at grid step {2}, the index map of {1} asks for block {0}, which lies outside the "
-     "array. Index maps return block indices (element offset // block size), not "
-     "element offsets."),
+     r"(\([^)]*\))", "out_of_bounds", lambda block, name, step: _out_of_bounds(block, name, step)),
+    (r"The kernel function in the pallas_call (\w+) .*?should return None", "kernel_returns",
+     "a kernel returns nothing: {0} must store its result into an output ref, "
+     "o_ref[...] = value, instead of returning it."),
+    (r"Dimensions with parallel semantics must form a prefix of the grid", "parallel_prefix",
+     "grid axes marked \"parallel\" must come before the others: put the reduction axis "
+     "last in the grid, with dimension_semantics such as (\"parallel\", \"arbitrary\")."),
     (r"Revisited block .*? of output (\d+) in iteration (\([^)]*\))", "revisited",
      "output {0} goes back to a block it left earlier (at grid step {1}): its first "
      "result was already written back and would be overwritten. The steps that write "
@@ -379,13 +432,13 @@ _ERRORS = [
 # --------------------------------------------------------------- render ---
 
 def render(findings: list[Finding], words: dict[str, str] | None = None) -> list[str]:
-    """Fact rows, then one ``diagnosis`` sentence: the puzzle's own words for the most
-    specific finding that has them, else the engine's sentence for the first."""
+    """Fact rows, then one ``diagnosis`` sentence for the most specific finding (the
+    first): the puzzle's own words for its kind if it has them, else the engine's."""
     if not findings:
         return []
     rows = [row for f in findings for row in f.facts]
-    words = words or {}
-    chosen = next((words[f.kind] for f in findings if f.kind in words), findings[0].says)
+    first = findings[0]
+    chosen = (words or {}).get(first.kind, first.says)
     lines = []
     for label, text in rows + [("diagnosis", chosen)]:
         lines += _row(label, text)
@@ -407,7 +460,7 @@ def _row(label: str, text: str) -> list[str]:
 
 
 def _wrap(text: str, width: int) -> list[str]:
-    return textwrap.wrap(text, width) or [""]
+    return textwrap.wrap(text, width, break_on_hyphens=False) or [""]
 
 
 def _shape(a: np.ndarray) -> str:

@@ -182,9 +182,8 @@ class PallasRun:
                 "seed": getattr(item.funcargs.get("rng"), "seed", None),
                 "needs": _hardware_mark(item) if report.skipped else None}
         if report.failed and call.excinfo is not None:
-            findings, dtype = _findings(call.excinfo, self.root)
-            data["findings"] = [f.to_dict() for f in findings]
-            data["dtype"] = dtype
+            findings, dtype, output = _findings(call.excinfo, self.root)
+            data.update(findings=[f.to_dict() for f in findings], dtype=dtype, output=output)
             if not self.raw:
                 report.longrepr = "\n".join(self._failure_lines(data))
         report.pallas = data
@@ -260,10 +259,10 @@ class PallasRun:
                 run = runs[puzzle.id]
                 lines = self._failure_lines(run.first_failure, id_width)
                 if run.failed > 1 and run.status != "not_started":
-                    more = run.failed - 1
-                    lines.append(f"  {'also':<{diagnose.LABEL_WIDTH}}{more} more test"
-                                 f"{'s' if more > 1 else ''} of this puzzle fail"
-                                 f"{'' if more > 1 else 's'}")
+                    others = [f["config"] or f["nodeid"].split("::")[-1]
+                              for f in run.failures if f is not run.first_failure]
+                    lines.append(f"  {'also':<{diagnose.LABEL_WIDTH}}fails on "
+                                 + ", ".join(f"[{c}]" for c in others))
                 for level in self.hint_levels.get(puzzle.id, []):
                     lines += self._hint_lines(puzzle, level)
                 for line in lines:
@@ -283,21 +282,39 @@ class PallasRun:
         puzzle = self.puzzles[data["puzzle"]]
         findings = [diagnose.Finding.from_dict(f) for f in data.get("findings", [])]
         if findings and findings[0].kind == "not_started":
-            where = findings[0].where
-            if where:
-                path, _, line = where.rpartition(":")
-                where = f" — edit {_relative(self.root / path, self.config)}:{line}"
-            return [f"· {puzzle.id:<{id_width}}  not started{where}"]
+            return [f"· {puzzle.id:<{id_width}}  not started"
+                    + self._stubs_to_edit(puzzle, findings[0].where)]
         label = ", ".join(str(x) for x in (data.get("config"), data.get("dtype"),
                                            data.get("seed") is not None and
                                            f"seed {data['seed']}") if x)
-        lines = [f"✗ {puzzle.id}  [{label}]" if label else f"✗ {puzzle.id}"]
+        head = f"✗ {puzzle.id}" + (f" · {data['output']}" if data.get("output") else "")
+        lines = [f"{head}  [{label}]" if label else head]
         lines += ["  " + line for line in diagnose.render(findings, puzzle.say)]
         if self.hint is None:
             level = self._next_hint_level(puzzle)
             lines.append(f"  {'more':<{diagnose.LABEL_WIDTH}}{self._command(puzzle)}"
                          f"   (hint {level} of {catalogue.HINT_LEVELS})")
         return lines
+
+    def _stubs_to_edit(self, puzzle, where: str) -> str:
+        """' — edit exercises/basics.py:60 add_one(), :44 add_one_kernel()': the stub
+        that raised first, then the puzzle's other functions still to write."""
+        if not where:
+            return ""
+        path, _, line = where.rpartition(":")
+        stubs = chapters.stubs(self.root / path)
+        by_line = {n: name for name, n in stubs.items()}
+        raised = by_line.get(int(line))
+        owner = next((p for p in self.puzzles.values() if raised in p.edit), puzzle)
+        todo = [(int(line), raised, owner)] + [
+            (stubs[name], name, puzzle) for name in puzzle.edit
+            if name in stubs and name != raised]
+        shown = _relative(self.root / path, self.config)
+        parts = [f"{shown}:{todo[0][0]}"] + [f":{n}" for n, _, _ in todo[1:]]
+        for i, (_, name, owner) in enumerate(todo):
+            if name:
+                parts[i] += f" {name}()" + ("" if owner is puzzle else f" (from {owner.id})")
+        return " — edit " + ", ".join(parts)
 
     def _failure_text(self, run) -> str:
         lines = self._failure_lines(run.first_failure)
@@ -335,9 +352,10 @@ class PallasRun:
         stored = (self.progress or {}).get("puzzles", {}).get(puzzle.id, {})
         return min(stored.get("hint", 0) + 1, catalogue.HINT_LEVELS)
 
-    def _command(self, puzzle) -> str:
+    def _command(self, puzzle, hint: bool = True) -> str:
         test_file = self.root / "exercises" / f"test_{puzzle.chapter}.py"
-        return f"pytest {_relative(test_file, self.config)} -k {puzzle.name} --hint"
+        return (f"pytest {_relative(test_file, self.config)} -k {puzzle.name}"
+                + (" --hint" if hint else ""))
 
     def _every_failure_is_diagnosed(self, tr) -> bool:
         failed = tr.stats.get("failed", [])
@@ -366,13 +384,16 @@ def _config_label(item) -> str:
 
 
 def _findings(excinfo, root: Path):
-    """Findings for a failed test's exception, and the expected dtype if known."""
+    """Findings for a failed test's exception, the expected dtype and the name of
+    the output compared ("dx"), where known."""
     error = excinfo.value
     if callable(getattr(error, "findings", None)):  # Mismatch, TooMuchTraffic
         expected = getattr(error, "expected", None)
-        return error.findings(), str(expected.dtype) if expected is not None else None
+        name = getattr(error, "name", "output")
+        return (error.findings(), str(expected.dtype) if expected is not None else None,
+                None if name == "output" else name)
     frames = [(f.filename, f.lineno, f.line or "") for f in traceback.extract_tb(excinfo.tb)]
-    return [diagnose.explain(error, frames, root)], None
+    return [diagnose.explain(error, frames, root)], None, None
 
 
 def _relative(path: Path, config) -> str:

@@ -79,10 +79,18 @@ def use_interpret_mode(on: bool) -> None:
 
 @contextlib.contextmanager
 def compiled_for_tpu():
-    """Inside: pallas_call lowers for a real TPU even where interpret mode is set."""
+    """Inside: pallas_call lowers for a real TPU (a v5e, as far as the lowering asks)
+    even on a CPU and where interpret mode is set."""
+    import jax
     from jax.experimental.pallas import tpu as pltpu
 
-    with pltpu.force_tpu_interpret_mode(None):
+    chip = contextlib.nullcontext()
+    if hasattr(jax.sharding, "AbstractDevice"):  # rules that depend on the TPU generation
+        device = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1,
+                                             platform="tpu")
+        chip = jax.sharding.use_abstract_mesh(
+            jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device))
+    with pltpu.force_tpu_interpret_mode(None), chip:
         yield
 
 

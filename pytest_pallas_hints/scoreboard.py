@@ -123,6 +123,8 @@ def record(progress: dict, runs: dict[str, PuzzleRun], chapter_of: dict[str, str
             entry = progress["puzzles"].setdefault(puzzle_id, {})
             entry["status"] = run.status
             entry["date"] = today
+            if run.status == "solved":
+                entry.pop("hint", None)  # hints start over if it breaks again
         if run.status != "not_run" and puzzle_id in chapter_of:
             progress["chapters"][chapter_of[puzzle_id]] = today
 
@@ -136,7 +138,7 @@ def _empty() -> dict:
 def render(chapters: dict[str, Chapter], progress: dict, runs: dict[str, PuzzleRun],
            hardware_skips: dict[str, int], command_for,
            title: str = "Pallas exercises") -> list[str]:
-    """The scoreboard lines. ``command_for(puzzle)`` gives the command to run it."""
+    """The scoreboard lines. ``command_for(puzzle, hint)`` gives the command to run it."""
     stored = progress.get("puzzles", {})
 
     def status(puzzle) -> str:
@@ -155,7 +157,7 @@ def render(chapters: dict[str, Chapter], progress: dict, runs: dict[str, PuzzleR
     ran_chapters = {p.chapter for p in all_puzzles if p.id in runs}
     for chapter in chapters.values():
         done = [p for p in chapter.puzzles if status(p) == "solved"]
-        filled = round(BAR * len(done) / len(chapter.puzzles))
+        filled = BAR * len(done) // len(chapter.puzzles)
         bar = "█" * filled + "░" * (BAR - filled)
         count = f"{len(done)}/{len(chapter.puzzles)}"
         pts = f"{sum(p.points for p in done)}/{chapter.points} pts"
@@ -176,7 +178,7 @@ def render(chapters: dict[str, Chapter], progress: dict, runs: dict[str, PuzzleR
         or next((p for p in unsolved if p.chapter in ran_chapters), None) \
         or next(iter(unsolved), None)
     if todo is not None:
-        lines.append(f"next: {command_for(todo)}")
+        lines.append(f"next: {command_for(todo, status(todo) == 'failing')}")
     else:
         lines.append("every puzzle solved: well done!")
     return lines

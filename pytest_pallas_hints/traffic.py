@@ -14,11 +14,16 @@ it makes, the traffic a TPU's pipeline would cause:
   kernel's own DMAs (``pltpu.make_async_copy``) move, as they run.
 
 A block that hangs off the end of its array counts only its in-bounds part.
+
+Work done outside any kernel (plain JAX ops around the ``pallas_call``) is
+counted apart, in ``outside``: every such op reads its operands and writes its
+result (reshapes are free), an upper bound that makes an unfused step visible.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -37,9 +42,11 @@ class Operand:
 
 @dataclasses.dataclass(frozen=True)
 class Traffic:
-    read: int
-    written: int
+    read: int                          # HBM -> VMEM, by the kernels
+    written: int                       # VMEM -> HBM, by the kernels
     operands: tuple[Operand, ...] = ()
+    outside: int = 0                   # bytes read and written by JAX ops outside kernels
+    outside_ops: tuple[Operand, ...] = ()
 
     @property
     def total(self) -> int:
@@ -65,9 +72,48 @@ def moved_bytes(fn, *args, **static) -> Traffic:
     with _recording_calls(calls), _recording_dmas(dmas), jax.disable_jit():
         jax.block_until_ready(fn(*args, **static))
     operands = [op for params, values in calls for op in _pipelined(params, values)] + dmas
+    outside = _outside_kernels(jax.make_jaxpr(functools.partial(fn, **static))(*args).jaxpr)
     return Traffic(read=sum(o.bytes for o in operands if o.direction == "read"),
                    written=sum(o.bytes for o in operands if o.direction == "written"),
-                   operands=tuple(operands))
+                   operands=tuple(operands), outside=sum(o.bytes for o in outside),
+                   outside_ops=tuple(outside))
+
+
+_FREE = {"reshape", "squeeze", "expand_dims", "bitcast_convert_type"}
+
+
+def _outside_kernels(jaxpr) -> list[Operand]:
+    """Bytes moved by the JAX ops of ``jaxpr`` that are not kernels, per primitive."""
+    from jax._src import core
+
+    moved: dict[str, int] = {}
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            if name == "pallas_call" or name in _FREE:
+                continue
+            inner = [j for v in eqn.params.values()
+                     for j in (v if isinstance(v, (tuple, list)) else [v])
+                     if isinstance(j, (core.Jaxpr, core.ClosedJaxpr))]
+            if inner:  # jit, custom_vjp, cond...: count what they contain
+                for j in inner:
+                    walk(getattr(j, "jaxpr", j))
+                continue
+            size = sum(_nbytes(v.aval) for v in eqn.invars if isinstance(v, core.Var)) + \
+                sum(_nbytes(v.aval) for v in eqn.outvars)
+            moved[name] = moved.get(name, 0) + size
+
+    walk(jaxpr)
+    return [Operand(kernel="outside kernels", name=name, direction="read+written",
+                    bytes=size, array_bytes=size, copies=1) for name, size in moved.items()]
+
+
+def _nbytes(aval) -> int:
+    shape, dtype = getattr(aval, "shape", None), getattr(aval, "dtype", None)
+    if shape is None or dtype is None:
+        return 0
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
 def _pipelined(params: dict, values: list) -> list[Operand]:

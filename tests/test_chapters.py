@@ -27,9 +27,11 @@ def test_every_stub_is_reported_not_started(kit, chapter_name):
     source = (ROOT / "exercises" / f"{name}.py").read_text().splitlines()
     for puzzle in KIT[name].puzzles:
         match = re.search(rf"^· {re.escape(puzzle.id)} +not started — edit "
-                          rf"exercises/{name}\.py:(\d+)$", out, re.M)
+                          rf"exercises/{name}\.py(:\d+ \w+\(\).*)$", out, re.M)
         assert match, f"{puzzle.id} is not reported as not started"
-        assert source[int(match[1]) - 1].strip() == "raise NotImplementedError"
+        for line, function in re.findall(r":(\d+) (\w+)\(\)", match[1]):
+            assert source[int(line) - 1].strip() == "raise NotImplementedError"
+            assert function in puzzle.edit or "(from " in match[1]
     assert f"0 of {len(KIT[name].puzzles)}" in out or "0/" in out
 
 

@@ -139,6 +139,21 @@ def test_puzzle_words_for_a_general_finding_replace_the_engine_sentence(x):
     assert "store it!" not in text(findings, {"nan": "store it!"})
 
 
+def test_an_accumulator_carried_from_block_to_block_is_named():
+    expected = np.arange(32, dtype=np.float32).reshape(4, 8) + 1
+    yours = np.cumsum(expected, axis=0)  # each block starts from the previous one's end
+    findings = compare(yours.reshape(32), expected.reshape(32), blocks=(8,), axes="i")
+    assert kinds(findings)[0] == "carried"
+    assert "not reset" in findings[0].says
+
+
+def test_a_map_of_one_tiled_dim_is_one_line(x):
+    y = x.copy()
+    y[8:16] += 1
+    rows = dict(compare(y, x, blocks=(8, None), axes="i -")[0].facts)["blocks"].splitlines()
+    assert [r.split() for r in rows] == [["i", "0", "1", "2", "3"], ["✓", "✗", "✓", "✓"]]
+
+
 def test_findings_survive_a_round_trip_through_json(x):
     import json
 
@@ -182,7 +197,7 @@ def test_traced_if_from_a_real_tracer():
 @pytest.mark.parametrize("message, kind, words", [
     ("Index map function <lambda> at k.py:3 for args[0] must return 2 values to match "
      "block_shape=(Blocked(block_size=8), Blocked(block_size=128)). Currently returning 1 "
-     "values:", "index_map_arity", "returns 1 block indices but its block has 2 dims"),
+     "values:", "index_map_arity", "must return 2 block indices, one per dim of its block, but returns 1"),
     ("Invalid shape for `swap`. Ref shape: (8, 128). Expected shape: (8, 128). "
      "Value shape: (128,). Transforms: ().", "store_shape",
      "a value of shape (128,) into a ref of shape (8, 128)"),
@@ -194,6 +209,8 @@ def test_traced_if_from_a_real_tracer():
     ("RuntimeError: Revisited block (slice(0, 8, 1), slice(0, 128, 1)) of output 0 in "
      "iteration (3,). The block was previously visited in iterations (0,) through (1,) .",
      "revisited", "the reduction axis last in the grid"),
+    ("ValueError: Dimensions with parallel semantics must form a prefix of the grid.",
+     "parallel_prefix", "put the reduction axis last in the grid"),
 ])
 def test_common_pallas_errors_in_plain_words(message, kind, words):
     finding = explain(ValueError(message), frames_in(), ROOT)
@@ -201,12 +218,32 @@ def test_common_pallas_errors_in_plain_words(message, kind, words):
     assert words in finding.says
 
 
+@pytest.mark.parametrize("block, step, says", [
+    ("(2, 0)", "(0, 2)", "the grid step reversed"),
+    ("(8, 0)", "(1,)", "an element offset"),
+    ("(4, 0)", "(0,)", "from 0 to the number of blocks - 1"),
+])
+def test_out_of_bounds_guesses_why_from_the_numbers(block, step, says):
+    error = RuntimeError(f'IndexError: Out-of-bounds block index {block} for input "x_ref" '
+                         f'in iteration {step} on device 0')
+    assert says in explain(error, [], ROOT).says
+
+
+def test_a_kernel_that_returns_its_result_is_pointed_at():
+    error = ValueError("The kernel function in the pallas_call add_one_kernel at "
+                       "/kit/exercises/basics.py:35 should return None. It returns a PyTree")
+    finding = explain(error, frames_in(line=60, code="return pl.pallas_call("), ROOT)
+    assert finding.kind == "kernel_returns"
+    assert "o_ref[...] = value, instead of returning it" in finding.says
+    assert finding.where == "exercises/basics.py:35"
+
+
 def test_out_of_bounds_shows_the_interpreter_message_without_wrappers():
     error = RuntimeError('INTERNAL: CpuCallback error calling callback: Traceback\n'
                          'IndexError: Out-of-bounds block index (2, 0) for input "x_ref" '
                          'in iteration (1,)')
     facts = dict(explain(error, frames_in(), ROOT).facts)
-    assert facts["error"].startswith("Out-of-bounds block index (2, 0)")
+    assert facts["raised"].startswith("Out-of-bounds block index (2, 0)")
 
 
 def test_race_names_both_source_lines():

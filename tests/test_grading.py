@@ -54,7 +54,7 @@ def test_reference_run_gets_full_marks_with_the_kit_total_as_max(kit):
 
 
 def test_untouched_stubs_score_zero_and_say_not_started(kit):
-    result = classroom_result(kit, "exercises")
+    result = classroom_result(kit, "exercises", "-n", "2")
     assert result["status"] == "fail" and result["max_score"] == TOTAL
     for test in result["tests"]:
         assert (test["status"], test["score"]) == ("fail", 0)
