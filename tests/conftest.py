@@ -68,6 +68,15 @@ class Kit:
         body = "    return 42.0\n" if solved else "    raise NotImplementedError\n"
         self.write("exercises/toy.py", f'def answer():\n    """The answer."""\n{body}')
 
+    def only(self, *names: str):
+        """Keeps only these chapters in the copy (stable output for snapshots)."""
+        for hints in (self.path / "exercises" / "hints").glob("*.toml"):
+            if hints.stem not in names:
+                for path in (hints, self.path / "exercises" / f"{hints.stem}.py",
+                             self.path / "exercises" / f"test_{hints.stem}.py",
+                             self.path / "reference" / f"{hints.stem}.py"):
+                    path.unlink(missing_ok=True)
+
     def write(self, relative: str, text: str) -> Path:
         path = self.path / relative
         path.parent.mkdir(parents=True, exist_ok=True)
