@@ -19,7 +19,8 @@ def ours(out: str) -> str:
     start = next(i for i, line in enumerate(lines)
                  if "Pallas puzzles" in line or line.startswith("Pallas exercises"))
     end = max(i for i, line in enumerate(lines) if line.startswith(("next:", "every puzzle")))
-    return re.sub(r"\d{4}-\d\d-\d\d", "DATE", "\n".join(lines[start:end + 1])) + "\n"
+    text = re.sub(r"\d{4}-\d\d-\d\d", "DATE", "\n".join(lines[start:end + 1])) + "\n"
+    return re.sub(r"(\.py|,) ?:\d+", r"\1:N", text)  # line numbers move with every docstring edit
 
 
 def matches_snapshot(name: str, text: str):
