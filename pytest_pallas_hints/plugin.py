@@ -77,6 +77,9 @@ def pytest_configure(config):
                  "gpu: runs only where an NVIDIA GPU is detected"):
         config.addinivalue_line("markers", line)
     hint = _hint_option(config.getoption("hint"))
+    if config.getoption("pallas_timeout") < 0:
+        raise pytest.UsageError("--pallas-timeout: give a number of seconds >= 0 "
+                                "(0 turns the time bound off).")
     root = Path(config.rootpath)
     if not catalogue.is_kit(root):
         return
@@ -127,6 +130,8 @@ class PallasRun:
         self.platforms: frozenset[str] | None = None
         self.reports: list[dict] = []
         self.progress, self.warning = None, None
+        self.runs: dict[str, scoreboard.PuzzleRun] = {}
+        self.hardware: dict[str, int] = {}      # hardware-only tests skipped, per kind
         self.hint_levels: dict[str, list[int]] = {}
         self.broken_files: dict[str, str] = {}   # chapter -> why its tests did not collect
         self.started = time.monotonic()
@@ -205,31 +210,32 @@ class PallasRun:
         if self._is_worker() or not (self.reports or self.broken_files):
             return
         self.progress, self.warning = scoreboard.load(self.root)
-        runs, _ = scoreboard.tally(self.reports)
-        self.hint_levels = self._hint_levels(runs)
-        self._write_grades(runs, exitstatus)
+        self.runs, self.hardware = scoreboard.tally(self.reports)
+        self.hint_levels = self._hint_levels()
+        self._write_grades(exitstatus)
         if self.reference:
             return
         chapter_of = {pid: p.chapter for pid, p in self.puzzles.items()}
-        scoreboard.record(self.progress, runs, chapter_of, datetime.date.today().isoformat())
+        scoreboard.record(self.progress, self.runs, chapter_of,
+                          datetime.date.today().isoformat())
         try:
             scoreboard.save(self.root, self.progress)
         except OSError as error:
             self.warning = f"pallas: could not save progress ({error})"
 
-    def _write_grades(self, runs, exitstatus):
+    def _write_grades(self, exitstatus):
         classroom = self.config.getoption("classroom_result")
         gradescope = self.config.getoption("gradescope_results")
         if not (classroom or gradescope):
             return
-        graded = grading.grade(self.kit, runs, self.reports, self.broken_files,
-                               self._failure_text, self._command)
+        graded = grading.grade(self.kit, self.runs, self.reports, self.broken_files,
+                               lambda run: "\n".join(self._puzzle_lines(run)), self._command)
         completed = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
         if classroom:
             Path(classroom).write_text(grading.classroom_result(graded, completed) + "\n")
         if gradescope:
-            _, hardware = scoreboard.tally(self.reports)
-            board = scoreboard.render(self.kit, self.progress, runs, hardware, self._command)
+            board = scoreboard.render(self.kit, self.progress, self.runs, self.hardware,
+                                      self._command)
             results = grading.gradescope_results(graded, time.monotonic() - self.started,
                                                  "\n".join(board))
             Path(gradescope).write_text(json.dumps(results, indent=1) + "\n")
@@ -247,22 +253,15 @@ class PallasRun:
         return result
 
     def _write_summary(self, tr):
-        runs, hardware = scoreboard.tally(self.reports)
         failing = [p for p in self.puzzles.values()
-                   if p.id in runs and runs[p.id].failed]
+                   if p.id in self.runs and self.runs[p.id].failed]
         if self.warning:
             tr.write_line(self.warning, yellow=True)
         if failing:
             id_width = max(len(p.id) for p in failing)
             tr.write_sep("=", "Pallas puzzles", red=True)
             for puzzle in failing:
-                run = runs[puzzle.id]
-                lines = self._failure_lines(run.first_failure, id_width)
-                if run.failed > 1 and run.status != "not_started":
-                    others = [f["config"] or f["nodeid"].split("::")[-1]
-                              for f in run.failures if f is not run.first_failure]
-                    lines.append(f"  {'also':<{diagnose.LABEL_WIDTH}}fails on "
-                                 + ", ".join(f"[{c}]" for c in others))
+                lines = self._puzzle_lines(self.runs[puzzle.id], id_width)
                 for level in self.hint_levels.get(puzzle.id, []):
                     lines += self._hint_lines(puzzle, level)
                 for line in lines:
@@ -273,11 +272,21 @@ class PallasRun:
             return
         title = "Pallas exercises (reference solutions)" if self.reference else "Pallas exercises"
         tr.write_sep("-", "progress")
-        for i, line in enumerate(scoreboard.render(self.kit, self.progress, runs, hardware,
-                                                   self._command, title)):
+        for i, line in enumerate(scoreboard.render(self.kit, self.progress, self.runs,
+                                                   self.hardware, self._command, title)):
             tr.write_line(line, bold=i == 0)
 
     # -- the pieces
+    def _puzzle_lines(self, run, id_width: int = 0) -> list[str]:
+        """A failing puzzle: its first failure in full, then the other failing configs."""
+        lines = self._failure_lines(run.first_failure, id_width)
+        if run.failed > 1 and run.status != "not_started":
+            others = [f["config"] or f["nodeid"].split("::")[-1]
+                      for f in run.failures if f is not run.first_failure]
+            lines.append(f"  {'also':<{diagnose.LABEL_WIDTH}}fails on "
+                         + ", ".join(f"[{c}]" for c in others))
+        return lines
+
     def _failure_lines(self, data: dict, id_width: int = 0) -> list[str]:
         puzzle = self.puzzles[data["puzzle"]]
         findings = [diagnose.Finding.from_dict(f) for f in data.get("findings", [])]
@@ -316,12 +325,6 @@ class PallasRun:
                 parts[i] += f" {name}()" + ("" if owner is puzzle else f" (from {owner.id})")
         return " — edit " + ", ".join(parts)
 
-    def _failure_text(self, run) -> str:
-        lines = self._failure_lines(run.first_failure)
-        if run.failed > 1 and run.status != "not_started":
-            lines.append(f"  ({run.failed - 1} more tests of this puzzle fail)")
-        return "\n".join(lines)
-
     def _hint_lines(self, puzzle, level: int) -> list[str]:
         title = {1: "the idea", 2: "a skeleton", 3: "the solution"}[level]
         text = catalogue.hint(self.root, puzzle, level)
@@ -330,12 +333,12 @@ class PallasRun:
         return [f"  hint {level} of {catalogue.HINT_LEVELS} · {title}"] + [
             "    " + line if line else "" for line in text.splitlines()]
 
-    def _hint_levels(self, runs) -> dict[str, list[int]]:
+    def _hint_levels(self) -> dict[str, list[int]]:
         """Which hint levels to show per failing puzzle; a bare --hint moves one on."""
         if self.hint is None:
             return {}
         levels = {}
-        for puzzle_id, run in runs.items():
+        for puzzle_id, run in self.runs.items():
             if not run.failed:
                 continue
             entry = self.progress["puzzles"].setdefault(puzzle_id, {})
