@@ -17,6 +17,7 @@ _EXPORTS = {
     "lowers_for_tpu": "checking",
     "run": "checking",
     "check_traffic": "checking",
+    "fail": "checking",
     "moved_bytes": "traffic",
     "Mismatch": "checking",
     "Rng": "checking",

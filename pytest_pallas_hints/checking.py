@@ -1,5 +1,6 @@
 """What test files call: ``run`` a learner function, ``check`` its output, check
-that it ``lowers_for_tpu``, and draw seeded inputs from ``Rng``.
+that it ``lowers_for_tpu``, ``check_traffic``, ``fail`` with a finding of a
+test's own, and draw seeded inputs from ``Rng``.
 
 ``check`` does not print; it raises ``Mismatch``, an ``AssertionError`` that
 carries both arrays, so the plugin can say *how* they differ (shape, NaN,
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NoReturn
 
 import numpy as np
 
@@ -37,6 +38,24 @@ class Mismatch(AssertionError):
 
     def __str__(self) -> str:
         return "\n".join(diagnose.render(self.findings()))
+
+
+class Diagnosed(AssertionError):
+    """A failure a test explains itself: a finding kind (hints files attach their
+    words to it), the engine-style sentence, and the facts it rests on."""
+
+    def __init__(self, kind: str, says: str, facts=()):
+        super().__init__(says)
+        self.kind, self.says, self.facts = kind, says, list(facts)
+
+    def findings(self) -> list[diagnose.Finding]:
+        return [diagnose.Finding(self.kind, self.says, facts=self.facts)]
+
+
+def fail(kind: str, says: str, facts=()) -> NoReturn:
+    """Fails the test with a finding of its own, e.g. a rule a learner's choice broke:
+    ``fail("vmem_budget", "your blocks do not fit", [("vmem", "18 MiB > 16 MiB")])``."""
+    raise Diagnosed(kind, says, facts)
 
 
 class TooMuchTraffic(AssertionError):

@@ -210,11 +210,12 @@ def _diagonal_side(bad: np.ndarray) -> str | None:
     if bad.ndim < 2 or min(bad.shape[-2:]) < 2 or bad.all():
         return None
     rows, cols = np.nonzero(bad.reshape(-1, *bad.shape[-2:]).any(axis=0))
-    if np.all(cols > rows):
+    offset = cols - rows  # the wrong values must reach the diagonal, not lie far from it
+    if offset.min() == 1:
         return "above"
-    if np.all(cols < rows):
+    if offset.max() == -1:
         return "below"
-    if np.all(cols == rows):
+    if offset.min() == offset.max() == 0:
         return "on"
     return None
 

@@ -104,6 +104,7 @@ def watch(seconds: float):
             yield
         except BaseException:
             _reset_interpreter()  # a failed kernel leaves the simulated TPU dirty
+            _drop_failed_tokens()
             if races:
                 raise RaceDetected(races) from None
             raise
@@ -125,6 +126,20 @@ def _reset_interpreter() -> None:
     from jax.experimental.pallas import tpu as pltpu
 
     pltpu.reset_tpu_interpret_mode_state()
+
+
+def _drop_failed_tokens() -> None:
+    """Forgets the effect tokens of a computation that failed mid-kernel.
+
+    Otherwise JAX hands the failed token to the next computation with the same
+    side effects (the next test's kernel fails for no reason of its own) and
+    waits on it at exit (a long traceback after the summary).
+    """
+    from jax._src import dispatch
+
+    tokens = getattr(dispatch, "runtime_tokens", None)
+    if tokens is not None and hasattr(tokens, "clear"):
+        tokens.clear()
 
 
 @contextlib.contextmanager

@@ -47,6 +47,7 @@ class Traffic:
     operands: tuple[Operand, ...] = ()
     outside: int = 0                   # bytes read and written by JAX ops outside kernels
     outside_ops: tuple[Operand, ...] = ()
+    output: object = None              # what fn returned, so one run serves two checks
 
     @property
     def total(self) -> int:
@@ -70,13 +71,13 @@ def moved_bytes(fn, *args, **static) -> Traffic:
     calls: list[tuple[dict, list]] = []
     dmas: list[Operand] = []
     with _recording_calls(calls), _recording_dmas(dmas), jax.disable_jit():
-        jax.block_until_ready(fn(*args, **static))
+        output = jax.block_until_ready(fn(*args, **static))
     operands = [op for params, values in calls for op in _pipelined(params, values)] + dmas
     outside = _outside_kernels(jax.make_jaxpr(functools.partial(fn, **static))(*args).jaxpr)
     return Traffic(read=sum(o.bytes for o in operands if o.direction == "read"),
                    written=sum(o.bytes for o in operands if o.direction == "written"),
                    operands=tuple(operands), outside=sum(o.bytes for o in outside),
-                   outside_ops=tuple(outside))
+                   outside_ops=tuple(outside), output=output)
 
 
 _FREE = {"reshape", "squeeze", "expand_dims", "bitcast_convert_type"}

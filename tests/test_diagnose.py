@@ -126,6 +126,13 @@ def test_wrong_values_on_one_side_of_the_diagonal(shift, side):
     assert f"{side}_diagonal" in kinds(findings)
 
 
+def test_a_wrong_block_far_from_the_diagonal_is_not_called_above_it():
+    expected = np.ones((8, 256), np.float32)
+    y = expected.copy()
+    y[:, 128:] += 1
+    assert "above_diagonal" not in kinds(compare(y, expected, blocks=(8, 128)))
+
+
 def test_known_wrong_answer_comes_first_and_takes_the_puzzle_words(x):
     findings = compare(x[::-1].copy(), x, likely={"rows_reversed": x[::-1]})
     assert kinds(findings)[0] == "rows_reversed"

@@ -1,0 +1,301 @@
+"""Tests for exercises/matmul.py. Run them, don't edit them:
+
+    pytest exercises/test_matmul.py                    # all puzzles of the chapter
+    pytest exercises/test_matmul.py -k k_accumulate    # one puzzle
+    pytest exercises/test_matmul.py -k k_accumulate --hint
+
+Each test compares your kernel with NumPy on at least two shapes (one an edge
+case), then checks that it would compile for a real TPU. Tests marked `tpu`
+run bigger shapes on a real TPU and are skipped elsewhere.
+
+Most inputs are small integers stored as floats. Every sum of their products
+is then exact in float32, so a right kernel matches NumPy to the last bit on
+any hardware, and a kernel that rounds too early cannot hide behind a
+tolerance.
+"""
+import itertools
+
+import numpy as np
+import pytest
+
+from pytest_pallas_hints import (chapter, check, check_traffic, fail, lowers_for_tpu,
+                                 moved_bytes, run)
+from pytest_pallas_hints.traffic import mib
+
+matmul = chapter("matmul")
+
+puzzle = pytest.mark.puzzle
+on_tpu = pytest.mark.tpu
+
+MiB = 1 << 20
+F32 = 4
+EXACT = 1e-3   # for exact integer sums: a right kernel is exact, one bf16 step off is not
+
+
+def ints(rng, shape, dtype="float32", low=-4, high=5):
+    """Small integers as floats: every f32 sum of their products is exact."""
+    return rng.integers(shape, low, high, dtype=dtype)
+
+
+def dot(a, b):
+    """a @ b (batched too) in float64, then rounded once to a's dtype."""
+    return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+
+
+def k_blocks(a, b, bk):
+    """The f32 products of each K block, a[:, k] @ b[k, :], in the order a kernel adds them."""
+    return [a[:, k:k + bk].astype(np.float32) @ b[k:k + bk].astype(np.float32)
+            for k in range(0, a.shape[1], bk)]
+
+
+def summed_in(dtype, a, b, bk):
+    """What a kernel returns whose running sum is stored in `dtype` after every k step."""
+    acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    for product in k_blocks(a, b, bk):
+        acc = (acc + product).astype(dtype).astype(np.float32)
+    return acc.astype(dtype)
+
+
+def summed_in_bf16_partials(a, b, bk):
+    """An f32 running sum of products rounded to bf16: jnp.dot without preferred_element_type."""
+    acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    for product in k_blocks(a, b, bk):
+        acc += product.astype(a.dtype).astype(np.float32)
+    return acc.astype(a.dtype)
+
+
+def implied_bytes(M, K, N, bm, bk, bn, itemsize):
+    """Bytes between HBM and VMEM for an (i, j, k) matmul grid, by moved_bytes' rule: a
+    block is fetched again only when its index changes from one step to the next."""
+    a_reads = 1 if bk == K else N // bn                # a's (i, 0) stays put across j
+    b_reads = 1 if bk == K and bn == N else M // bm    # b's block stays only if unique
+    return itemsize * (M * K * a_reads + K * N * b_reads + M * N)
+
+
+# 1 -------------------------------------------------------------------------
+@puzzle("matmul.one_block")
+@pytest.mark.parametrize("M, K, N", [
+    pytest.param(8, 256, 128, id="M=8 K=256 N=128"),
+    pytest.param(3, 5, 7, id="M=3 K=5 N=7 (odd shape)"),
+    pytest.param(512, 1024, 512, id="M=512 K=1024 N=512-tpu", marks=on_tpu),
+])
+def test_one_block(M, K, N, rng):
+    a, b = ints(rng, (M, K)), ints(rng, (K, N))
+    check(run(matmul.matmul_one_block, a, b), dot(a, b))
+    lowers_for_tpu(matmul.matmul_one_block, a, b)
+
+
+# 2 -------------------------------------------------------------------------
+@puzzle("matmul.k_accumulate")
+@pytest.mark.parametrize("M, K, N, bm, bk, bn", [
+    pytest.param(16, 256, 256, 8, 128, 128, id="M=16 K=256 N=256 bm=8 bk=128 bn=128"),
+    pytest.param(8, 128, 128, 8, 128, 128, id="M=8 K=128 N=128 (one block: k=0 is the last k)"),
+    pytest.param(1024, 2048, 1024, 256, 512, 256, id="M=1024 K=2048 N=1024-tpu", marks=on_tpu),
+])
+def test_k_accumulate(M, K, N, bm, bk, bn, rng):
+    """The values; then the bytes the blocks imply: a is read once per column block
+    (N / bn times), b once per row block (M / bm times), each output tile written once."""
+    a, b = ints(rng, (M, K)), ints(rng, (K, N))
+    moved = moved_bytes(matmul.matmul_tiled, a, b, bm=bm, bk=bk, bn=bn)
+    yours = moved.output
+    check(yours, dot(a, b), blocks=(bm, bn), axes="i j",
+          likely={"last_k_only": lambda: k_blocks(a, b, bk)[-1],
+                  "first_k_only": lambda: k_blocks(a, b, bk)[0]})
+    lowers_for_tpu(matmul.matmul_tiled, a, b, bm=bm, bk=bk, bn=bn)
+    implied = implied_bytes(M, K, N, bm, bk, bn, F32)
+    check_traffic(moved, reference=implied, minimum=(M * K + K * N + M * N) * F32)
+    if moved.total < implied:
+        fail("traffic_low", "your kernel moves fewer bytes than its blocks imply: "
+                    "does matmul_tiled use the bm, bk and bn it is given?", [
+                        ("bytes", f"moved: yours {moved.total} B · bm={bm} bk={bk} bn={bn} "
+                                  f"imply {implied} B")])
+
+
+# 3 -------------------------------------------------------------------------
+@puzzle("matmul.mixed_precision")
+@pytest.mark.parametrize("M, K, N, dtype, high", [
+    pytest.param(32, 1024, 128, "bfloat16", 3, id="M=32 K=1024 N=128 bf16 (8 k steps)"),
+    pytest.param(20, 200, 100, "float32", 3, id="M=20 K=200 N=100 (no dim a multiple of 128)"),
+    # Values up to 8: each k step's product needs more bits than bf16 has, so a
+    # jnp.dot without preferred_element_type shows on a TPU.
+    pytest.param(2048, 2048, 2048, "bfloat16", 9, id="M=K=N=2048 bf16-tpu", marks=on_tpu),
+])
+def test_mixed_precision(M, K, N, dtype, high, rng):
+    """matmul(a, b) with its default blocks (128): bk = 128 where K allows.
+
+    Inputs are integers in [0, high): sums of non-negative terms grow, and a bf16
+    running sum loses its low bits as it grows."""
+    a, b = ints(rng, (M, K), dtype, 0, high), ints(rng, (K, N), dtype, 0, high)
+    yours = run(matmul.matmul, a, b)
+    bk = 128 if K > 128 else K
+    whole = K // bk * bk   # the K that a grid of K // bk steps covers
+    check(yours, dot(a, b), tolerance=EXACT if dtype == "bfloat16" else None,
+          blocks=(min(M, 128), 128), axes="i j",
+          likely={"bf16_accumulation": lambda: summed_in(a.dtype, a, b, bk),
+                  "bf16_partials": lambda: summed_in_bf16_partials(a, b, bk),
+                  "k_tail_dropped": lambda: dot(a[:, :whole], b[:whole])})
+    lowers_for_tpu(matmul.matmul, a, b)
+
+
+# 4 -------------------------------------------------------------------------
+@puzzle("matmul.batched")
+@pytest.mark.parametrize("B, M, K, N, bm, bk, bn, dtype", [
+    pytest.param(2, 8, 256, 128, 8, 128, 128, "float32",
+                 id="B=2 M=8 K=256 N=128 bm=8 bk=128 bn=128"),
+    pytest.param(1, 16, 128, 128, 16, 128, 128, "bfloat16",
+                 id="B=1 M=16 K=128 N=128 bf16 (batch of 1, one block)"),
+    pytest.param(4, 1024, 1024, 1024, 256, 512, 256, "bfloat16",
+                 id="B=4 M=K=N=1024 bf16-tpu", marks=on_tpu),
+])
+def test_batched(B, M, K, N, bm, bk, bn, dtype, rng):
+    a, b = ints(rng, (B, M, K), dtype), ints(rng, (B, K, N), dtype)
+    check(run(matmul.batched_matmul, a, b, bm=bm, bk=bk, bn=bn), dot(a, b),
+          blocks=(1, bm, bn), axes="B i j",
+          likely={"b_from_batch_0": lambda: dot(a, np.broadcast_to(b[:1], b.shape)),
+                  "a_from_batch_0": lambda: dot(np.broadcast_to(a[:1], a.shape), b),
+                  "last_k_only": lambda: dot(a[..., -bk:], b[:, -bk:])})
+    lowers_for_tpu(matmul.batched_matmul, a, b, bm=bm, bk=bk, bn=bn)
+
+
+# 5 -------------------------------------------------------------------------
+def gelu(x):
+    """jax.nn.gelu's default, the tanh approximation, in float64."""
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+@puzzle("matmul.epilogue")
+@pytest.mark.parametrize("M, K, N, bm, bk, bn, dtype", [
+    pytest.param(8, 256, 256, 8, 128, 128, "float32", id="M=8 K=256 N=256 bm=8 bk=128 bn=128"),
+    pytest.param(16, 384, 128, 16, 128, 128, "bfloat16",
+                 id="M=16 K=384 N=128 bm=16 bk=128 bn=128 bf16 (one tile, 3 k steps)"),
+    pytest.param(1024, 2048, 1024, 256, 512, 256, "bfloat16",
+                 id="M=1024 K=2048 N=1024 bf16-tpu", marks=on_tpu),
+])
+def test_epilogue(M, K, N, bm, bk, bn, dtype, rng):
+    """The values; then fusion: the kernel moves what matmul_tiled moves plus the bias,
+    and no JAX op outside it touches the [M, N] result."""
+    a = ints(rng, (M, K), dtype) / np.asarray(8, dtype)   # multiples of 1/8: still exact
+    b = ints(rng, (K, N), dtype) / np.asarray(8, dtype)
+    bias = rng.normal((N,), dtype)
+    product = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    bias64 = bias.astype(np.float64)
+    steps = K // bk
+
+    def out(y):
+        return y.astype(dtype)
+
+    def bias_follows_rows():   # tile (i, j) got bias block i
+        i, j = np.arange(M)[:, None] // bm, np.arange(N)[None, :] % bn
+        return out(gelu(product + bias64[np.clip(i * bn + j, 0, N - 1)]))
+
+    moved = moved_bytes(matmul.matmul_bias_gelu, a, b, bias, bm=bm, bk=bk, bn=bn)
+    yours = moved.output
+    check(yours, out(gelu(product + bias64)), blocks=(bm, bn), axes="i j",
+          likely={"bias_every_step": lambda: out(gelu(product + steps * bias64)),
+                  "bias_missing": lambda: out(gelu(product)),
+                  "activation_missing": lambda: out(product + bias64),
+                  "bias_follows_rows": bias_follows_rows})
+    lowers_for_tpu(matmul.matmul_bias_gelu, a, b, bias, bm=bm, bk=bk, bn=bn)
+    itemsize = a.dtype.itemsize
+    bias_reads = 1 if bn == N else M // bm   # (0, j) changes with j, and again for each i
+    fused = implied_bytes(M, K, N, bm, bk, bn, itemsize) + N * itemsize * bias_reads
+    check_traffic(moved, reference=fused, minimum=(M * K + K * N + N + M * N) * itemsize,
+                  outside=0)
+
+
+# 6 -------------------------------------------------------------------------
+def sublanes(itemsize):
+    return max(8, 32 // itemsize)
+
+
+def vmem_used(bm, bk, bn, itemsize):
+    """a, b and o blocks double-buffered, plus the f32 accumulator."""
+    return 2 * itemsize * (bm * bk + bk * bn + bm * bn) + 4 * bm * bn
+
+
+def legal(dim, block, align):
+    return dim % block == 0 and (block % align == 0 or block == dim)
+
+
+def best_bytes(M, K, N, itemsize, vmem_bytes):
+    blocks = itertools.product(
+        *[[b for b in range(1, dim + 1) if legal(dim, b, align)]
+          for dim, align in ((M, sublanes(itemsize)), (K, 128), (N, 128))])
+    return min(implied_bytes(M, K, N, *bl, itemsize) for bl in blocks
+               if vmem_used(*bl, itemsize) <= vmem_bytes)
+
+
+def judge_blocks(blocks, M, K, N, itemsize, vmem_bytes):
+    """Raises Wrong naming the first broken rule: legal blocks, the budget, the bytes."""
+    if not (isinstance(blocks, (tuple, list)) and len(blocks) == 3
+            and all(isinstance(x, (int, np.integer)) and x > 0 for x in blocks)):
+        fail("returned", "choose_blocks must return a tuple of three positive ints, "
+                    "(bm, bk, bn).", [("returned", repr(blocks))])
+    bm, bk, bn = (int(x) for x in blocks)
+    shown = ("blocks", f"yours (bm, bk, bn) = ({bm}, {bk}, {bn}) for M={M} K={K} N={N}, "
+                       f"itemsize {itemsize}")
+    rows = sublanes(itemsize)
+    for name, block, dim, dim_name, align, why in (
+            ("bm", bm, M, "M", rows, f"{rows} rows fill a vreg at itemsize {itemsize}"),
+            ("bk", bk, K, "K", 128, "bk is a's last dim: 128 lanes"),
+            ("bn", bn, N, "N", 128, "128 lanes")):
+        if not legal(dim, block, align):
+            rule = (f"{name} must divide {dim_name}={dim} and be a multiple of {align} "
+                    f"({why}), or equal {dim_name}")
+            fail("block_rule", f"{name}={block} is not a legal block for "
+                                      f"{dim_name}={dim}.", [shown, ("rule", rule)])
+    used = vmem_used(bm, bk, bn, itemsize)
+    if used > vmem_bytes:
+        fail("vmem_budget", "your blocks do not fit in the VMEM budget.", [
+            shown, ("vmem", f"2 × {itemsize} B × (bm·bk + bk·bn + bm·bn) + 4 B × bm·bn = "
+                            f"{used} B = {mib(used)} > budget {mib(vmem_bytes)}")])
+    yours, best = implied_bytes(M, K, N, bm, bk, bn, itemsize), best_bytes(M, K, N, itemsize,
+                                                                      vmem_bytes)
+    if yours > best:
+        minimum = itemsize * (M * K + K * N + M * N)
+        a_reads = 1 if bk == K else N // bn
+        b_reads = 1 if bk == K and bn == N else M // bm
+        shown_bytes = mib(yours, best, minimum)
+        fail("traffic", "legal blocks that fit, but other blocks move fewer bytes.", [
+            shown, ("bytes", f"moved: yours {shown_bytes[0]} · best legal choice "
+                             f"{shown_bytes[1]} · every byte once {shown_bytes[2]}"),
+            ("reads", f"a read {a_reads} × its size, b read {b_reads} × its size, "
+                      f"o written once")])
+
+
+@puzzle("matmul.choose_blocks")
+@pytest.mark.parametrize("M, K, N, itemsize, vmem_bytes", [
+    pytest.param(2048, 2048, 2048, 4, 16 * MiB, id="M=K=N=2048 f32 VMEM=16 MiB"),
+    pytest.param(4096, 256, 4096, 2, 16 * MiB, id="M=4096 K=256 N=4096 bf16 VMEM=16 MiB"),
+    pytest.param(48, 512, 1024, 2, 128 * 1024, id="M=48 K=512 N=1024 bf16 VMEM=128 KiB (tight)"),
+])
+def test_choose_blocks(M, K, N, itemsize, vmem_bytes):
+    blocks = matmul.choose_blocks(M, K, N, itemsize=itemsize, vmem_bytes=vmem_bytes)
+    judge_blocks(blocks, M, K, N, itemsize, vmem_bytes)
+
+
+@puzzle("matmul.choose_blocks")
+@pytest.mark.parametrize("M, K, N, vmem_bytes", [
+    pytest.param(16, 256, 256, 320 * 1024, id="M=16 K=256 N=256 f32 VMEM=320 KiB"),
+    pytest.param(2048, 2048, 2048, 8 * MiB, id="M=K=N=2048 f32 VMEM=8 MiB-tpu", marks=on_tpu),
+])
+def test_choose_blocks_on_the_real_kernel(M, K, N, vmem_bytes, rng):
+    """Your blocks in matmul_tiled (puzzle 2): moved_bytes agrees with the traffic
+    model that judged them (on a TPU: the blocks compile and give the right values)."""
+    blocks = matmul.choose_blocks(M, K, N, itemsize=F32, vmem_bytes=vmem_bytes)
+    judge_blocks(blocks, M, K, N, F32, vmem_bytes)
+    bm, bk, bn = (int(x) for x in blocks)
+    a, b = ints(rng, (M, K)), ints(rng, (K, N))
+    if M * K * N > 2 ** 24:   # the tpu config
+        check(run(matmul.matmul_tiled, a, b, bm=bm, bk=bk, bn=bn), dot(a, b),
+              blocks=(bm, bn), axes="i j")
+        return
+    model = implied_bytes(M, K, N, bm, bk, bn, F32)
+    yours = moved_bytes(matmul.matmul_tiled, a, b, bm=bm, bk=bk, bn=bn)
+    if yours.total != model:
+        moved = " · ".join(f"{op.name} {op.direction} {op.bytes} B" for op in yours.operands)
+        fail("model_mismatch", "matmul_tiled does not move what these blocks imply: "
+                    "does it use the bm, bk and bn it is given, with K last in its grid?", [
+                        ("blocks", f"(bm, bk, bn) = ({bm}, {bk}, {bn})"),
+                        ("bytes", f"moved: matmul_tiled {yours.total} B · model {model} B"),
+                        ("moved", moved)])
