@@ -12,6 +12,9 @@ make the bugs that are silent on hardware loud on a laptop:
 * ``out_of_bounds_reads="raise"``: an index map pointing past the array is
   an error, not garbage.
 
+XLA's optimisation passes are switched off alongside: compile time dominates
+a test in interpret mode.
+
 ``watch`` wraps one test: it turns a race into a failure naming both source
 lines, and a kernel that waits forever into a failure after a time bound.
 Nothing here imports JAX at module import time (``pytest --help`` stays fast).
@@ -71,10 +74,16 @@ def interpret_params():
 
 
 def use_interpret_mode(on: bool) -> None:
-    """Sets (or clears) TPU interpret mode for the whole process."""
+    """Sets (or clears) TPU interpret mode for the whole process.
+
+    With it, XLA's optimisations are off: an interpret-mode program runs once,
+    on small inputs, and compiling it is most of a test's time.
+    """
+    import jax
     from jax.experimental.pallas import tpu as pltpu
 
     pltpu.set_tpu_interpret_mode(interpret_params() if on else None)
+    jax.config.update("jax_disable_most_optimizations", on)
 
 
 @contextlib.contextmanager

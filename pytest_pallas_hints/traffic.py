@@ -68,12 +68,18 @@ def moved_bytes(fn, *args, **static) -> Traffic:
     """Runs ``fn(*args, **static)`` and returns the bytes its kernels move."""
     import jax
 
-    calls: list[tuple[dict, list]] = []
+    run = functools.partial(fn, **static)
+    kernels, outside, straight = _survey(jax.make_jaxpr(run)(*args).jaxpr)
     dmas: list[Operand] = []
-    with _recording_calls(calls), _recording_dmas(dmas), jax.disable_jit():
-        output = jax.block_until_ready(fn(*args, **static))
+    if straight:  # every kernel runs once, no scalar prefetch: count from the trace
+        calls = [(params, []) for params in kernels]
+        with _recording_dmas(dmas):
+            output = jax.block_until_ready(jax.jit(run)(*args))
+    else:  # run step by step to see each kernel with its concrete prefetch values
+        calls = []
+        with _recording_calls(calls), _recording_dmas(dmas), jax.disable_jit():
+            output = jax.block_until_ready(run(*args))
     operands = [op for params, values in calls for op in _pipelined(params, values)] + dmas
-    outside = _outside_kernels(jax.make_jaxpr(functools.partial(fn, **static))(*args).jaxpr)
     return Traffic(read=sum(o.bytes for o in operands if o.direction == "read"),
                    written=sum(o.bytes for o in operands if o.direction == "written"),
                    operands=tuple(operands), outside=sum(o.bytes for o in outside),
@@ -81,33 +87,44 @@ def moved_bytes(fn, *args, **static) -> Traffic:
 
 
 _FREE = {"reshape", "squeeze", "expand_dims", "bitcast_convert_type"}
+_REPEATING = {"while", "scan", "cond", "switch"}  # a kernel inside runs 0 or many times
 
 
-def _outside_kernels(jaxpr) -> list[Operand]:
-    """Bytes moved by the JAX ops of ``jaxpr`` that are not kernels, per primitive."""
+def _survey(jaxpr) -> tuple[list[dict], list[Operand], bool]:
+    """The pallas_calls of ``jaxpr`` (their params), the bytes moved by the other JAX
+    ops per primitive, and whether each kernel runs exactly once without scalar
+    prefetch (so that its traffic follows from the trace alone)."""
     from jax._src import core
 
+    kernels: list[dict] = []
     moved: dict[str, int] = {}
+    straight = True
 
-    def walk(jaxpr):
+    def walk(jaxpr, repeating: bool):
+        nonlocal straight
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
-            if name == "pallas_call" or name in _FREE:
+            if name == "pallas_call":
+                kernels.append(eqn.params)
+                straight &= not repeating and eqn.params["grid_mapping"].num_index_operands == 0
+                continue
+            if name in _FREE:
                 continue
             inner = [j for v in eqn.params.values()
                      for j in (v if isinstance(v, (tuple, list)) else [v])
                      if isinstance(j, (core.Jaxpr, core.ClosedJaxpr))]
             if inner:  # jit, custom_vjp, cond...: count what they contain
                 for j in inner:
-                    walk(getattr(j, "jaxpr", j))
+                    walk(getattr(j, "jaxpr", j), repeating or name in _REPEATING)
                 continue
             size = sum(_nbytes(v.aval) for v in eqn.invars if isinstance(v, core.Var)) + \
                 sum(_nbytes(v.aval) for v in eqn.outvars)
             moved[name] = moved.get(name, 0) + size
 
-    walk(jaxpr)
-    return [Operand(kernel="outside kernels", name=name, direction="read+written",
-                    bytes=size, array_bytes=size, copies=1) for name, size in moved.items()]
+    walk(jaxpr, False)
+    outside = [Operand(kernel="outside kernels", name=name, direction="read+written",
+                       bytes=size, array_bytes=size, copies=1) for name, size in moved.items()]
+    return kernels, outside, straight
 
 
 def _nbytes(aval) -> int:

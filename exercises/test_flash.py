@@ -1,0 +1,377 @@
+"""Tests for exercises/flash.py. Run them, don't edit them:
+
+    pytest exercises/test_flash.py               # all puzzles of the chapter
+    pytest exercises/test_flash.py -k causal     # one puzzle
+    pytest exercises/test_flash.py -k causal --hint
+
+Every test compares your code with attention computed in float64 NumPy, on at
+least two shapes (one an edge case: one block, a length the block does not
+divide, bfloat16), then checks that the kernels would compile for a real TPU.
+Two tests count the bytes your kernels move between HBM and VMEM. Tests
+marked `tpu` run realistic sizes on a real TPU and are skipped elsewhere.
+"""
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from pytest_pallas_hints import (chapter, check, check_traffic, lowers_for_tpu,
+                                 moved_bytes, run)
+
+flash = chapter("flash")
+
+puzzle = pytest.mark.puzzle
+on_tpu = pytest.mark.tpu
+
+
+# --- attention in float64 NumPy: the expected values -------------------------
+
+def scores(q, k, *, causal=False, sm_scale=None, kv_len=None, head_of=None, diagonal=0):
+    """s [B, N, T, S] in float64, -inf where a key is hidden. Query head n reads K/V
+    head head_of(n) (default n // (N // K)); causal keeps keys j <= i + diagonal."""
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    (B, N, T, H), (K, S) = q.shape, k.shape[1:3]
+    heads = [head_of(n) if head_of else n // (N // K) for n in range(N)]
+    s = np.einsum("bnth,bnsh->bnts", q, k[:, heads])
+    s *= 1 / math.sqrt(H) if sm_scale is None else sm_scale
+    row, col = np.arange(T)[:, None], np.arange(S)[None, :]
+    visible = np.ones((T, S), bool)
+    if causal:
+        visible &= col <= row + diagonal
+    if kv_len is not None:
+        visible &= col < kv_len
+    return np.where(visible, s, -np.inf), heads
+
+
+def attention(q, k, v, **options):
+    """(o, lse) in float64: softmax(s) @ v and logsumexp(s) over the keys."""
+    s, heads = scores(q, k, **options)
+    m = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - m)
+    l = e.sum(axis=-1, keepdims=True)
+    o = (e / l) @ np.asarray(v, np.float64)[:, heads]
+    return o, (m + np.log(l))[..., 0]
+
+
+def attention_grads(q, k, v, do, *, delta=True, **options):
+    """dq, and dk, dv per query head [B, N, S, H] (sum them over a group for [B, K, S, H])."""
+    s, heads = scores(q, k, **options)
+    q, do = np.asarray(q, np.float64), np.asarray(do, np.float64)
+    k, v = np.asarray(k, np.float64)[:, heads], np.asarray(v, np.float64)[:, heads]
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    o = p @ v
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (do * o).sum(axis=-1, keepdims=True)) if delta else p * dp
+    scale = 1 / math.sqrt(q.shape[-1])
+    return ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, np.swapaxes(p, -1, -2) @ do
+
+
+def per_group(x, K):
+    """[B, N, S, H] per query head -> [B, K, S, H], summed over each group's heads."""
+    B, N, S, H = x.shape
+    return x.reshape(B, K, N // K, S, H).sum(axis=2)
+
+
+def inputs(rng, B, N, K, T, S, H, dtype="float32"):
+    return (rng.normal((B, N, T, H), dtype), rng.normal((B, K, S, H), dtype),
+            rng.normal((B, K, S, H), dtype))
+
+
+def with_grads(q, k, v, do, *, attend, **static):
+    """attend(q, k, v) and its gradients (dq, dk, dv) for the output cotangent do."""
+    o, vjp = jax.vjp(lambda q, k, v: attend(q, k, v, **static), q, k, v)
+    return (o, *vjp(do))
+
+
+# 1 -------------------------------------------------------------------------
+@puzzle("flash.dense")
+@pytest.mark.parametrize("B, N, K, T, S, H, causal, dtype", [
+    pytest.param(1, 4, 2, 48, 80, 32, True, "float32", id="B=1 N=4 K=2 T=48 S=80 H=32 tril"),
+    pytest.param(2, 2, 2, 1, 1, 8, False, "bfloat16", id="B=2 N=K=2 T=S=1 H=8 bf16 (one token)"),
+    pytest.param(4, 16, 4, 2048, 2048, 128, True, "bfloat16",
+                 id="B=4 N=16 K=4 T=S=2048 bf16 tril-tpu", marks=on_tpu),
+])
+def test_dense(B, N, K, T, S, H, causal, dtype, rng):
+    q, k, v = inputs(rng, B, N, K, T, S, H, dtype)
+
+    def wrong(**options):
+        return lambda: attention(q, k, v, **options)[0].astype(dtype)
+
+    check(run(flash.attention, q, k, v, causal=causal), wrong(causal=causal)(),
+          blocks=(1, 1, None, None), axes="B N T H",
+          likely={"no_scale": wrong(causal=causal, sm_scale=1.0),
+                  "head_modulo": wrong(causal=causal, head_of=lambda n: n % K),
+                  "mask_ignored": wrong(),
+                  "bottom_right": wrong(causal=causal, diagonal=S - T)})
+
+
+# 2 -------------------------------------------------------------------------
+def online_variants(q, k, v, block_kv, *, rescale_l, rescale_acc):
+    """The online recurrence in NumPy, with the alpha rescaling optionally left out."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    m = np.full((q.shape[0], 1), -np.inf)
+    l, acc = np.zeros_like(m), np.zeros((q.shape[0], v.shape[1]))
+    for start in range(0, k.shape[0], block_kv):
+        s = q @ k[start:start + block_kv].T / math.sqrt(q.shape[1])
+        m_new = np.maximum(m, s.max(axis=1, keepdims=True))
+        alpha, p = np.exp(m - m_new), np.exp(s - m_new)
+        l = (alpha if rescale_l else 1) * l + p.sum(axis=1, keepdims=True)
+        acc = (alpha if rescale_acc else 1) * acc + p @ v[start:start + block_kv]
+        m = m_new
+    return (acc / l).astype(np.float32)
+
+
+@puzzle("flash.online")
+@pytest.mark.parametrize("T, S, H, block_kv", [
+    pytest.param(64, 384, 32, 128, id="T=64 S=384 H=32 block_kv=128"),
+    pytest.param(16, 300, 32, 128, id="T=16 S=300 block_kv=128 (last chunk: 44 keys)"),
+    pytest.param(1024, 8192, 128, 512, id="T=1024 S=8192 block_kv=512-tpu", marks=on_tpu),
+])
+def test_online(T, S, H, block_kv, rng):
+    # Scores spread wide enough that the running max moves from chunk to chunk.
+    q, k, v = rng.normal((T, H), scale=3.0), rng.normal((S, H)), rng.normal((S, H))
+    expected = attention(q[None, None], k[None, None], v[None, None])[0][0, 0]
+
+    def variant(rescale_l, rescale_acc):
+        return lambda: online_variants(q, k, v, block_kv, rescale_l=rescale_l,
+                                       rescale_acc=rescale_acc)
+
+    check(run(flash.online_attention, q, k, v, block_kv=block_kv), expected.astype(np.float32),
+          tolerance=1e-4,
+          likely={"no_rescale": variant(False, False), "acc_not_rescaled": variant(True, False),
+                  "l_not_rescaled": variant(False, True)})
+
+
+# 3 -------------------------------------------------------------------------
+@puzzle("flash.kv_loop")
+@pytest.mark.parametrize("T, S, H, block_q, block_kv", [
+    pytest.param(256, 384, 64, 128, 128, id="T=256 S=384 H=64 block_q=block_kv=128"),
+    pytest.param(128, 128, 128, 128, 128, id="T=S=128 H=128 (one block each)"),
+    pytest.param(2048, 4096, 128, 256, 512, id="T=2048 S=4096 H=128-tpu", marks=on_tpu),
+])
+def test_kv_loop(T, S, H, block_q, block_kv, rng):
+    q, k, v = rng.normal((T, H)), rng.normal((S, H)), rng.normal((S, H))
+    one = (None, None)
+
+    def single(**options):
+        return lambda: attention(q[one], k[one], v[one], **options)[0][0, 0].astype(np.float32)
+
+    def unnormalised():  # acc at the end: the sum of exp(s - m) v, never divided by l
+        s = scores(q[one], k[one])[0][0, 0]
+        return (np.exp(s - s.max(axis=1, keepdims=True)) @ v).astype(np.float32)
+
+    def first_kv_block_only():
+        kv = slice(0, block_kv)
+        return attention(q[one], k[kv][one], v[kv][one])[0][0, 0].astype(np.float32)
+
+    yours = run(flash.flash_one_head, q, k, v, block_q=block_q, block_kv=block_kv)
+    check(yours, single()(), blocks=(block_q, None), axes="T H", tolerance=1e-4,
+          likely={"unnormalised": unnormalised, "first_kv_block_only": first_kv_block_only,
+                  "no_scale": single(sm_scale=1.0)})
+    if T > block_q:  # once per puzzle, to keep the run short
+        lowers_for_tpu(flash.flash_one_head, q, k, v, block_q=block_q, block_kv=block_kv)
+
+
+# 4 -------------------------------------------------------------------------
+@puzzle("flash.grid")
+@pytest.mark.parametrize("B, N, T, S, H, dtype", [
+    pytest.param(1, 1, 128, 384, 128, "bfloat16", id="B=1 N=1 T=128 S=384 H=128 bf16"),
+    pytest.param(4, 16, 2048, 2048, 128, "bfloat16", id="B=4 N=16 T=S=2048 bf16-tpu",
+                 marks=on_tpu),
+])
+def test_grid(B, N, T, S, H, dtype, rng):
+    q, k, v = inputs(rng, B, N, N, T, S, H, dtype)
+    check_grid(run(flash.flash_grid, q, k, v), q, k, v)
+    lowers_for_tpu(flash.flash_grid, q, k, v)
+
+
+@puzzle("flash.grid")
+@pytest.mark.parametrize("B, N, T, S, H", [
+    pytest.param(1, 1, 256, 384, 64, id="B=1 N=1 T=256 S=384 H=64 (bytes counted)")])
+def test_grid_reads_each_kv_block_once_per_q_block(B, N, T, S, H, rng):
+    """Right values, and K and V read once per q block."""
+    q, k, v = inputs(rng, B, N, N, T, S, H)
+    traffic = moved_bytes(flash.flash_grid, q, k, v)
+    yours = traffic.output
+    check_grid(yours, q, k, v)
+    # q read once, K and V once per q block (T // 128 times), o written once.
+    reference = q.nbytes + (T // 128) * (k.nbytes + v.nbytes) + q.nbytes
+    check_traffic(traffic, reference=reference, minimum=q.nbytes + k.nbytes + v.nbytes + q.nbytes)
+
+
+def check_grid(yours, q, k, v):
+    dtype, S = q.dtype, k.shape[2]
+
+    def last_kv_block_only():  # the state started afresh at every kv step
+        kv = slice(S - 128, S)
+        return attention(q, k[:, :, kv], v[:, :, kv])[0].astype(dtype)
+
+    check(yours, attention(q, k, v)[0].astype(dtype), blocks=(1, 1, 128, None), axes="B N T H",
+          tolerance=1e-4 if dtype == np.float32 else None,
+          likely={"last_kv_block_only": last_kv_block_only,
+                  "no_scale": lambda: attention(q, k, v, sm_scale=1.0)[0].astype(dtype)})
+
+
+# 5 -------------------------------------------------------------------------
+@puzzle("flash.causal")
+@pytest.mark.parametrize("B, N, T, S, H", [
+    pytest.param(1, 1, 128, 384, 128, id="B=1 N=1 T=128 S=384 (keys 128.. never seen)"),
+    pytest.param(4, 16, 4096, 4096, 128, id="B=4 N=16 T=S=4096-tpu", marks=on_tpu),
+])
+def test_causal(B, N, T, S, H, rng):
+    q, k, v = inputs(rng, B, N, N, T, S, H)
+    check_causal(run(flash.flash_causal, q, k, v), q, k, v)
+    lowers_for_tpu(flash.flash_causal, q, k, v)
+
+
+@puzzle("flash.causal")
+@pytest.mark.parametrize("B, N, T, S, H", [
+    pytest.param(1, 1, 256, 256, 64, id="B=1 N=1 T=S=256 H=64 (bytes counted)")])
+def test_causal_fetches_no_kv_block_above_the_diagonal(B, N, T, S, H, rng):
+    """Right values, and no K/V block fetched for the step above the diagonal: with
+    2 x 2 blocks, q block 0 needs kv block 0 only."""
+    q, k, v = inputs(rng, B, N, N, T, S, H)
+    traffic = moved_bytes(flash.flash_causal, q, k, v)
+    yours = traffic.output
+    check_causal(yours, q, k, v)
+    # Per head, 3 of the 4 K blocks (and V blocks) lie on or below the diagonal.
+    kv_blocks = N * 3 * (128 * H * k.itemsize)
+    reference = q.nbytes + 2 * kv_blocks + q.nbytes   # q, K and V, o
+    check_traffic(traffic, reference=reference, minimum=q.nbytes + k.nbytes + v.nbytes + q.nbytes)
+
+
+def check_causal(yours, q, k, v):
+    T, S = q.shape[2], k.shape[2]
+
+    def wrong(**options):
+        return lambda: attention(q, k, v, **options)[0].astype(np.float32)
+
+    def diagonal_excluded():  # query 0 sees no key: a finite mask spreads it over block 0
+        o = attention(q, k, v, causal=True, diagonal=-1)[0]
+        o[:, :, 0] = np.asarray(v[:, :, :128], np.float64).mean(axis=2)
+        return o.astype(np.float32)
+
+    def unmasked_diagonal_blocks():  # blocks skipped, but no mask inside the kept ones
+        row, col = np.arange(T)[:, None] // 128, np.arange(S)[None, :] // 128
+        s = np.where(col <= row, scores(q, k)[0], -np.inf)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        return ((e / e.sum(axis=-1, keepdims=True)) @ np.asarray(v, np.float64)).astype(np.float32)
+
+    check(yours, wrong(causal=True)(), blocks=(1, 1, 128, None), axes="B N T H", tolerance=1e-4,
+          likely={"diagonal_excluded": diagonal_excluded,
+                  "unmasked_diagonal_blocks": unmasked_diagonal_blocks,
+                  "mask_ignored": wrong(),
+                  "bottom_right": wrong(causal=True, diagonal=S - T)})
+
+
+# 6 -------------------------------------------------------------------------
+@puzzle("flash.logsumexp")
+@pytest.mark.parametrize("B, N, T, S, H, causal, kv_len, dtype", [
+    pytest.param(1, 1, 256, 256, 64, True, 200, "float32",
+                 id="B=1 N=1 T=S=256 H=64 tril kv_len=200"),
+    pytest.param(1, 1, 128, 128, 128, False, None, "bfloat16", id="B=1 N=1 T=S=128 bf16"),
+    pytest.param(4, 16, 4096, 4096, 128, True, 4000, "bfloat16",
+                 id="B=4 N=16 T=S=4096 bf16 tril-tpu", marks=on_tpu),
+])
+def test_logsumexp(B, N, T, S, H, causal, kv_len, dtype, rng):
+    q, k, v = inputs(rng, B, N, N, T, S, H, dtype)
+    expected_o, expected_lse = attention(q, k, v, causal=causal, kv_len=kv_len)
+    o, lse = run(flash.flash_forward, q, k, v, causal=causal, kv_len=kv_len)
+    check(o, expected_o.astype(dtype), blocks=(1, 1, 128, None), axes="B N T H",
+          tolerance=1e-4 if dtype == "float32" else None,
+          likely={"padding_not_masked":
+                  lambda: attention(q, k, v, causal=causal)[0].astype(dtype)})
+
+    def lse_part(part):  # m + log(l), with one half left out
+        s = scores(q, k, causal=causal, kv_len=kv_len)[0]
+        m = s.max(axis=-1)
+        return lambda: (np.log(np.exp(s - m[..., None]).sum(axis=-1)) if part == "log_l"
+                        else m).astype(np.float32)
+
+    check(lse, expected_lse.astype(np.float32), name="lse", blocks=(1, 1, 128), axes="B N T",
+          tolerance=1e-4, likely={"lse_without_max": lse_part("log_l"), "max_only": lse_part("m")})
+    if causal:  # once per puzzle, to keep the run short
+        lowers_for_tpu(flash.flash_forward, q, k, v, causal=causal, kv_len=kv_len)
+
+
+# 7 -------------------------------------------------------------------------
+@puzzle("flash.backward")
+@pytest.mark.parametrize("B, N, T, S, H, causal, dtype", [
+    pytest.param(1, 1, 256, 256, 64, True, "float32", id="B=1 N=1 T=S=256 H=64 tril"),
+    pytest.param(1, 1, 128, 128, 128, False, "bfloat16", id="B=1 N=1 T=S=128 bf16"),
+    pytest.param(4, 16, 2048, 2048, 128, True, "bfloat16", id="B=4 N=16 T=S=2048 bf16-tpu",
+                 marks=on_tpu),
+])
+def test_backward(B, N, T, S, H, causal, dtype, rng):
+    q, k, v = inputs(rng, B, N, N, T, S, H, dtype)
+    do = rng.normal((B, N, T, H), dtype)
+    o, lse = attention(q, k, v, causal=causal)   # the forward's outputs, exact
+    o, lse = o.astype(dtype), lse.astype(np.float32)
+    dq, dk, dv = run(flash.flash_backward, q, k, v, o, lse, do, causal=causal)
+    expected = attention_grads(q, k, v, do, causal=causal)
+
+    def no_delta(n):
+        return lambda: attention_grads(q, k, v, do, causal=causal, delta=False)[n].astype(dtype)
+
+    tolerance = 1e-4 if dtype == "float32" else 3e-2
+    for n, (name, yours) in enumerate([("dq", dq), ("dk", dk), ("dv", dv)]):
+        axes = "B N T H" if name == "dq" else "B N S H"
+        check(yours, expected[n].astype(dtype), name=name, blocks=(1, 1, 128, None), axes=axes,
+              tolerance=tolerance, likely={"no_delta": no_delta(n)})
+    if dtype != "float32":
+        return
+    lowers_for_tpu(flash.flash_backward, q, k, v, o, lse, do, causal=causal)
+    # jax.grad through flash_core: traced, not run (puzzle 8 runs it on every kernel).
+    traced = str(jax.make_jaxpr(lambda *a: with_grads(*a, attend=flash.flash_core,
+                                                       causal=causal))(q, k, v, do))
+    assert traced.count("pallas_call") >= 3, (
+        "jax.grad of flash_core should run three kernels, the forward, dQ and dK/dV: "
+        "wrap flash_forward and flash_backward in a jax.custom_vjp")
+
+
+# 8 -------------------------------------------------------------------------
+@puzzle("flash.gqa")
+@pytest.mark.parametrize("B, N, K, T, S, H, causal, dtype", [
+    pytest.param(1, 4, 2, 100, 70, 64, True, "float32",
+                 id="B=1 N=4 K=2 T=100 S=70 H=64 tril jax.grad"),
+    pytest.param(1, 2, 1, 60, 200, 128, False, "bfloat16",
+                 id="B=1 N=2 K=1 T=60 S=200 H=128 bf16"),
+    pytest.param(4, 32, 8, 4096, 4096, 128, True, "bfloat16",
+                 id="B=4 N=32 K=8 T=S=4096 bf16 tril-tpu", marks=on_tpu),
+])
+def test_gqa(B, N, K, T, S, H, causal, dtype, rng):
+    q, k, v = inputs(rng, B, N, K, T, S, H, dtype)
+    with_backward = dtype == "float32"    # the other configuration runs the forward only
+    if with_backward:
+        do = rng.normal((B, N, T, H), dtype)
+        o, dq, dk, dv = run(with_grads, q, k, v, do, attend=flash.flash_attention, causal=causal)
+    else:
+        o = run(flash.flash_attention, q, k, v, causal=causal)
+
+    def modulo():
+        return attention(q, k, v, causal=causal, head_of=lambda n: n % K)[0].astype(dtype)
+
+    check(o, attention(q, k, v, causal=causal)[0].astype(dtype), blocks=(1, 1, 128, None),
+          axes="B N T H", tolerance=1e-4 if with_backward else None,
+          likely={"head_modulo": modulo})
+    if not with_backward:
+        return
+    expected = attention_grads(q, k, v, do, causal=causal)
+    check(dq, expected[0].astype(dtype), name="dq", blocks=(1, 1, 128, None), axes="B N T H",
+          tolerance=1e-4)
+    G = N // K
+    for n, (name, yours) in enumerate([("dk", dk), ("dv", dv)], start=1):
+        per_head = expected[n]
+        check(yours, per_group(per_head, K).astype(dtype), name=name, blocks=(1, 1, 128, None),
+              axes="B K S H", tolerance=1e-4,
+              likely={"last_head_only": lambda: per_head[:, G - 1::G].astype(dtype),
+                      "first_head_only": lambda: per_head[:, ::G].astype(dtype),
+                      "dk_dv_swapped": lambda: per_group(expected[3 - n], K).astype(dtype)})
+    traced = str(jax.make_jaxpr(lambda *a: with_grads(*a, attend=flash.flash_attention,
+                                                       causal=causal))(q, k, v, do))
+    assert traced.count("pallas_call") >= 3, (
+        "flash_attention must run your Pallas kernels: the forward, dQ and dK/dV "
+        "kernels should all appear in the program of jax.grad")
+    lowers_for_tpu(with_grads, q, k, v, do, attend=flash.flash_attention, causal=causal)

@@ -1,0 +1,30 @@
+"""flash.causal: blocks above the diagonal are skipped, but nothing is masked inside
+the diagonal blocks."""
+PUZZLE = "flash.causal"
+EXPECT = "inside the diagonal blocks every key is visible"
+
+
+def causal_kernel(q_ref, k_ref, v_ref, o_ref, m_scratch, l_scratch, acc_scratch, *,
+                  sm_scale):
+    i, kv = pl.program_id(2), pl.program_id(3)
+    block_q, block_kv = q_ref.shape[0], k_ref.shape[0]
+
+    @pl.when(kv == 0)
+    def start_q_block():
+        m_scratch[...] = jnp.full_like(m_scratch, -jnp.inf)
+        l_scratch[...] = jnp.zeros_like(l_scratch)
+        acc_scratch[...] = jnp.zeros_like(acc_scratch)
+
+    @pl.when(kv * block_kv <= (i + 1) * block_q - 1)
+    def fold_kv_block():
+        s = jnp.einsum("qh,kh->qk", q_ref[...], k_ref[...],
+                       preferred_element_type=jnp.float32) * sm_scale
+        m, l, acc = online_softmax_step(m_scratch[...], l_scratch[...], acc_scratch[...],
+                                        s, v_ref[...])
+        m_scratch[...] = m
+        l_scratch[...] = l
+        acc_scratch[...] = acc
+
+    @pl.when(kv == pl.num_programs(3) - 1)
+    def finish_q_block():
+        o_ref[...] = (acc_scratch[...] / l_scratch[...]).astype(o_ref.dtype)
