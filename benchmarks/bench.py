@@ -60,6 +60,7 @@ def feedback_times(runs: int, only: str | None) -> list[tuple[str, float, float]
 
 
 TRIVIAL = '''
+import jax  # as every chapter's tests do, so both runs pay for the import
 import numpy as np
 import pytest
 from pytest_pallas_hints import check
@@ -73,7 +74,8 @@ def test_trivial(n):
 
 
 def plugin_overhead(runs: int, count: int = 300) -> list[tuple[str, float, float, float]]:
-    """The same trivial puzzle tests with and without the plugin (no kernels run)."""
+    """The same trivial puzzle tests with and without the plugin (no kernels run):
+    what the plugin's hooks, diagnosis bookkeeping and scoreboard cost per run."""
     with tempfile.TemporaryDirectory() as tmp:
         kit = Path(tmp)
         shutil.copytree(ROOT / "exercises" / "hints", kit / "exercises" / "hints")
