@@ -31,7 +31,7 @@ def scores(q, k, *, causal=False, sm_scale=None, kv_len=None, head_of=None, diag
     """s [B, N, T, S] in float64, -inf where a key is hidden. Query head n reads K/V
     head head_of(n) (default n // (N // K)); causal keeps keys j <= i + diagonal."""
     q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
-    (B, N, T, H), (K, S) = q.shape, k.shape[1:3]
+    (_, N, T, H), (K, S) = q.shape, k.shape[1:3]
     heads = [head_of(n) if head_of else n // (N // K) for n in range(N)]
     s = np.einsum("bnth,bnsh->bnts", q, k[:, heads])
     s *= 1 / math.sqrt(H) if sm_scale is None else sm_scale
