@@ -95,7 +95,8 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
     if factor is not None:
         findings.append(Finding("scaled", (
             f"right up to a constant factor: yours = {_name_factor(factor)} × expected. "
-            "A scale applied twice, or not at all?")))
+            "A scale applied twice, or not at all?"),
+            facts=[("factor", f"yours = {_name_factor(factor)} × expected")]))
     if _looks_transposed(y, e, tolerance):
         findings.append(Finding("transposed", (
             f"your {name} equals the transpose of the expected one: are the grid axes "
@@ -192,8 +193,9 @@ def _name_factor(c: float) -> str:
         sign = "-" if c < 0 else ""
         if value > 1.001 and abs(value - round(value)) < 1e-3 * value:
             n = round(value)
-            name = f"{sign}{prefix}{n}" if prefix else f"{sign}{n}"
-            return name if name == text else f"{text} = {name} = {sign}{prefix}sqrt({n * n})"
+            name = f"{sign}{prefix}{n}"
+            root = f" = {sign}{prefix}sqrt({n * n})" if n >= 8 else ""  # 1/8 = 1/sqrt(64): H?
+            return (name if name == text else f"{text} = {name}") + root
         squared = value * value
         if value > 1.001 and abs(squared - round(squared)) < 1e-3 * squared:
             return f"{text} = {sign}{prefix}sqrt({round(squared)})"
