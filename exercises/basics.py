@@ -190,8 +190,8 @@ def column_sums_kernel(x_ref, o_ref, *, M):
 
     Mask with jnp.where(row < M, x, 0) rather than by multiplying with a 0/1
     mask: on a TPU the garbage can be NaN or Inf, and NaN * 0 is NaN. (On a
-    CPU, XLA quietly turns such a multiply into a select, so these tests
-    cannot catch it; a TPU would.)
+    CPU, XLA rewrites a multiply by a converted boolean mask into a select,
+    so these tests cannot catch it; a TPU would.)
     """
     raise NotImplementedError
 
@@ -280,9 +280,10 @@ def bias_gelu_kernel(x_ref, b_ref, o_ref):
 def bias_gelu(x, b, *, bm=8):
     """gelu(x + b) for x [M, D] and a bias b [D], in one pass over x.
 
-    Why fuse? Written as two ops, x + b is written to HBM and read back by
-    gelu: three trips over M*D values instead of two. Most kernels are bound
-    by memory traffic, not arithmetic, so fusion is often the whole win.
+    Why fuse? Written as two ops, x is read, x + b written to HBM, read back
+    by gelu and the result written: four trips over M*D values instead of
+    two. Most kernels are bound by memory traffic, not arithmetic, so fusion
+    is often the whole win.
 
     Every row block needs the same bias: give b the shape (1, D) and an index
     map that returns block (0, 0) for every i. Pallas then copies it into
@@ -334,7 +335,8 @@ def outer_relu_grad(x, y, g, *, bm=8, bn=128):
             out block (bm, 1) at (i, 0)       out block (1, bn) at (0, j)
 
     Everything here you have met: index maps per input (outer_add), an
-    accumulator over the last grid axis (row_sum), a fused elementwise mask
-    (bias_gelu). Return (dx, dy) with the shapes of x and y.
+    accumulator over the last grid axis (row_sum), an elementwise mask (tail)
+    computed inside the kernel (bias_gelu's fusion). Return (dx, dy) with the
+    shapes of x and y.
     """
     raise NotImplementedError

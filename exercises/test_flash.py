@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from pytest_pallas_hints import (chapter, check, check_traffic, lowers_for_tpu,
-                                 moved_bytes, run)
+                                 moved_bytes, run, run_jax)
 
 flash = chapter("flash")
 
@@ -99,7 +99,7 @@ def test_dense(B, N, K, T, S, H, causal, dtype, rng):
     def wrong(**options):
         return lambda: attention(q, k, v, **options)[0].astype(dtype)
 
-    check(run(flash.attention, q, k, v, causal=causal), wrong(causal=causal)(),
+    check(run_jax(flash.attention, q, k, v, causal=causal), wrong(causal=causal)(),
           blocks=(1, 1, None, None), axes="B N T H",
           likely={"no_scale": wrong(causal=causal, sm_scale=1.0),
                   "head_modulo": wrong(causal=causal, head_of=lambda n: n % K),
@@ -138,7 +138,7 @@ def test_online(T, S, H, block_kv, rng):
         return lambda: online_variants(q, k, v, block_kv, rescale_l=rescale_l,
                                        rescale_acc=rescale_acc)
 
-    check(run(flash.online_attention, q, k, v, block_kv=block_kv), expected.astype(np.float32),
+    check(run_jax(flash.online_attention, q, k, v, block_kv=block_kv), expected.astype(np.float32),
           tolerance=1e-4,
           likely={"no_rescale": variant(False, False), "acc_not_rescaled": variant(True, False),
                   "l_not_rescaled": variant(False, True)})

@@ -16,6 +16,8 @@ _EXPORTS = {
     "check": "checking",
     "lowers_for_tpu": "checking",
     "run": "checking",
+    "run_fused": "checking",
+    "run_jax": "checking",
     "check_traffic": "checking",
     "fail": "checking",
     "moved_bytes": "traffic",

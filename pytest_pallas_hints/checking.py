@@ -74,11 +74,10 @@ class TooMuchTraffic(AssertionError):
         shown = mib(*sizes)
         moved = f"yours {shown[0]} · reference {shown[1]}" + (
             f" · minimum {shown[2]}" if len(shown) > 2 else "")
-        facts = [("bytes", f"moved: {moved}")]
+        facts = [("bytes", f"moved by kernels: {moved}")]
         if self.outside is not None and self.yours.outside > self.outside:
-            ops = sorted(self.yours.outside_ops, key=lambda o: -o.bytes)
-            facts.append(("outside", f"{mib(self.yours.outside)} by JAX ops outside your "
-                                     f"kernels: " + ", ".join(o.name for o in ops)))
+            facts.append(("outside", f"plus {mib(self.yours.outside)} by JAX ops outside "
+                                     f"your kernels: {_biggest(self.yours.outside_ops, mib)}"))
             return [diagnose.Finding("traffic", (
                 "part of the work happens outside your kernels, in separate JAX ops "
                 "that each read and write HBM: move it into the kernel, so the data "
@@ -147,14 +146,52 @@ def check(yours, expected, *, blocks=None, axes: str | None = None,
 
 
 def run(fn: Callable, *args, **static):
-    """``fn(*args, **static)`` compiled as one program, keyword arguments static.
+    """``fn(*args, **static)`` compiled as one program (keyword arguments static),
+    which must run at least one Pallas kernel.
 
     One compilation for the wrapper and its kernels is much faster in
     interpret mode than running the wrapper's operations one by one.
     """
+    return _run(fn, args, static, kernel=True, fused=False)
+
+
+def run_fused(fn: Callable, *args, **static):
+    """As ``run``, and all the work must happen inside the kernels: plain JAX ops
+    around them may only reshape (a learner who computes the answer outside the
+    kernel fails with the finding ``outside``)."""
+    return _run(fn, args, static, kernel=True, fused=True)
+
+
+def run_jax(fn: Callable, *args, **static):
+    """``fn(*args, **static)`` compiled as one program, no kernel required (for
+    the puzzles written in plain JAX)."""
+    return _run(fn, args, static, kernel=False, fused=False)
+
+
+def _run(fn, args, static, *, kernel: bool, fused: bool):
     import jax
 
-    return jax.jit(functools.partial(fn, **static))(*args)
+    from .traffic import mib, survey
+
+    traced = jax.jit(functools.partial(fn, **static)).trace(*args)
+    if kernel:
+        kernels, outside, _ = survey(traced.jaxpr.jaxpr)
+        if not kernels:
+            fail("no_kernel", "your function computes its result without a Pallas kernel: "
+                              "the work of this puzzle belongs in a pl.pallas_call.")
+        if fused and outside:
+            fail("outside", (
+                "part of the work happens outside your kernel, in plain JAX ops that each "
+                "read and write HBM: do it inside the kernel, where the data already is."),
+                [("outside", _biggest(outside, mib))])
+    return traced.lower().compile()(*args)
+
+
+def _biggest(ops, mib, shown: int = 3) -> str:
+    """'add 96 KiB · broadcast_in_dim 33 KiB': the ops that moved the most."""
+    ops = sorted(ops, key=lambda o: -o.bytes)
+    text = " · ".join(f"{o.name} {mib(o.bytes)}" for o in ops[:shown])
+    return text + (f" and {len(ops) - shown} more" if len(ops) > shown else "")
 
 
 def lowers_for_tpu(fn: Callable, *args, **static) -> None:

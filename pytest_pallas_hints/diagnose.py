@@ -296,6 +296,7 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
     text = f"{type(error).__name__}: {error}"
     where, code = _learner_line(frames, root, chapter_files)
     kind = type(error).__name__
+    text = _kernel_arg_names(text)
     for pattern, name, says in _ERRORS:
         match = re.search(pattern, text, re.S)
         if match:
@@ -341,6 +342,26 @@ def _out_of_bounds(block: str, name: str, step: str) -> str:
                        "return block indices, which Pallas multiplies by the block shape.")
     return said + ("Index maps return block indices, from 0 to the number of blocks - 1 "
                    "along each dim; check it against the grid.")
+
+
+def _kernel_arg_names(text: str) -> str:
+    """'args[1] in pallas_call k at f.py:9' -> 'y_ref in ...': the kernel's own names."""
+    found = re.search(r"pallas_call (\w+) at (\S+\.py):(\d+)", text)
+    if not found or "args[" not in text:
+        return text
+    try:
+        import ast
+
+        tree = ast.parse(Path(found[2]).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return text
+    kernel = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+                   and n.name == found[1]), None)
+    if kernel is None:
+        return text
+    names = [a.arg for a in kernel.args.args]
+    return re.sub(r"\bargs\[(\d+)\]",
+                  lambda m: names[int(m[1])] if int(m[1]) < len(names) else m[0], text)
 
 
 def _readable(text: str) -> str:

@@ -124,6 +124,8 @@ class PallasRun:
     def __init__(self, config, root: Path, kit: dict, hint):
         self.config, self.root, self.kit, self.hint = config, root, kit, hint
         self.puzzles = catalogue.puzzles(kit)
+        # a classroom copy ships no reference/, so no third hint (the solution)
+        self.levels = catalogue.HINT_LEVELS - (not (root / "reference").is_dir())
         self.reference = config.getoption("reference")
         self.timeout = config.getoption("pallas_timeout")
         self.raw = config.getoption("verbose") > 0 or config.getoption("tbstyle") != "auto"
@@ -131,6 +133,7 @@ class PallasRun:
         self.reports: list[dict] = []
         self.progress, self.warning = None, None
         self.runs: dict[str, scoreboard.PuzzleRun] = {}
+        self.newly_solved: list[str] = []
         self.hardware: dict[str, int] = {}      # hardware-only tests skipped, per kind
         self.hint_levels: dict[str, list[int]] = {}
         self.broken_files: dict[str, str] = {}   # chapter -> why its tests did not collect
@@ -215,6 +218,10 @@ class PallasRun:
         self._write_grades(exitstatus)
         if self.reference:
             return
+        stored = self.progress["puzzles"]
+        self.newly_solved = [pid for pid in self.puzzles if pid in self.runs
+                             and self.runs[pid].status == "solved"
+                             and stored.get(pid, {}).get("status") != "solved"]
         chapter_of = {pid: p.chapter for pid, p in self.puzzles.items()}
         scoreboard.record(self.progress, self.runs, chapter_of,
                           datetime.date.today().isoformat())
@@ -257,10 +264,21 @@ class PallasRun:
                    if p.id in self.runs and self.runs[p.id].failed]
         if self.warning:
             tr.write_line(self.warning, yellow=True)
+        for puzzle_id in self.newly_solved:
+            tr.write_line(f"✓ {puzzle_id}  solved · +{self.puzzles[puzzle_id].points} points",
+                          green=True)
         if failing:
             id_width = max(len(p.id) for p in failing)
             tr.write_sep("=", "Pallas puzzles", red=True)
+            broken_shown = set()
             for puzzle in failing:
+                if self.runs[puzzle.id].status == "broken":  # one block for the chapter
+                    if puzzle.chapter not in broken_shown:
+                        broken_shown.add(puzzle.chapter)
+                        for line in self._broken_lines(puzzle.chapter):
+                            tr.write_line(line)
+                        tr.write_line("")
+                    continue
                 lines = self._puzzle_lines(self.runs[puzzle.id], id_width)
                 for level in self.hint_levels.get(puzzle.id, []):
                     lines += self._hint_lines(puzzle, level)
@@ -277,6 +295,17 @@ class PallasRun:
             tr.write_line(line, bold=i == 0)
 
     # -- the pieces
+    def _broken_lines(self, chapter: str) -> list[str]:
+        """A chapter file that does not import: one block, not one per puzzle."""
+        first = next(self.runs[p.id].first_failure for p in self.kit[chapter].puzzles
+                     if p.id in self.runs and self.runs[p.id].status == "broken")
+        finding = diagnose.Finding.from_dict(first["findings"][0])
+        count = len(self.kit[chapter].puzzles)
+        return [f"✗ {chapter}  (all {count} puzzles)"] + ["  " + line for line in diagnose.render(
+            [diagnose.Finding("broken_chapter", facts=finding.facts, says=(
+                f"none of this chapter's {count} puzzles can run until its file imports: "
+                "fix that line and run again (the other chapters still run)."))])]
+
     def _puzzle_lines(self, run, id_width: int = 0) -> list[str]:
         """A failing puzzle: its first failure in full, then the other failing configs."""
         lines = self._failure_lines(run.first_failure, id_width)
@@ -300,10 +329,16 @@ class PallasRun:
         lines = [f"{head}  [{label}]" if label else head]
         lines += ["  " + line for line in diagnose.render(findings, puzzle.say)]
         if self.hint is None:
-            level = self._next_hint_level(puzzle)
-            lines.append(f"  {'more':<{diagnose.LABEL_WIDTH}}{self._command(puzzle)}"
-                         f"   (hint {level} of {catalogue.HINT_LEVELS})")
+            lines.append(f"  {'more':<{diagnose.LABEL_WIDTH}}{self._more(puzzle)}")
         return lines
+
+    def _more(self, puzzle) -> str:
+        """The command for the next hint, or for all of them once each was seen."""
+        stored = (self.progress or {}).get("puzzles", {}).get(puzzle.id, {}).get("hint", 0)
+        if stored < self.levels:
+            return f"{self._command(puzzle)}   (hint {stored + 1} of {self.levels})"
+        return (f"{self._command(puzzle, hint=False)} --hint={self.levels}"
+                f"   (all {self.levels} hints again)")
 
     def _stubs_to_edit(self, puzzle, where: str) -> str:
         """' — edit exercises/basics.py:60 add_one(), :44 add_one_kernel()': the stub
@@ -330,7 +365,8 @@ class PallasRun:
         text = catalogue.hint(self.root, puzzle, level)
         if level == 3 and catalogue.solution_source(self.root, puzzle) is not None:
             text = _highlight(self.config, text)
-        return [f"  hint {level} of {catalogue.HINT_LEVELS} · {title}"] + [
+        of = f" of {self.levels}" if level <= self.levels else ""
+        return [f"  hint {level}{of} · {title}"] + [
             "    " + line if line else "" for line in text.splitlines()]
 
     def _hint_levels(self) -> dict[str, list[int]]:
@@ -343,17 +379,13 @@ class PallasRun:
                 continue
             entry = self.progress["puzzles"].setdefault(puzzle_id, {})
             if self.hint == "next":
-                level = min(entry.get("hint", 0) + 1, catalogue.HINT_LEVELS)
+                level = min(entry.get("hint", 0) + 1, self.levels)
                 levels[puzzle_id] = [level]
             else:
                 level = self.hint
                 levels[puzzle_id] = list(range(1, level + 1))
             entry["hint"] = max(entry.get("hint", 0), level)
         return levels
-
-    def _next_hint_level(self, puzzle) -> int:
-        stored = (self.progress or {}).get("puzzles", {}).get(puzzle.id, {})
-        return min(stored.get("hint", 0) + 1, catalogue.HINT_LEVELS)
 
     def _command(self, puzzle, hint: bool = True) -> str:
         test_file = self.root / "exercises" / f"test_{puzzle.chapter}.py"

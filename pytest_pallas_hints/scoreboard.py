@@ -7,7 +7,8 @@ Per puzzle, this run's test results reduce to one status:
   failing      at least one test failed;
   not_started  every failure was the stub's NotImplementedError;
   partial      some tests passed and others did not run (-k, -x): the stored
-               status stands.
+               status stands;
+  broken       its chapter file does not import: the stored status stands.
 
 ``.pallas_progress.json`` at the kit's root keeps statuses, the date each
 chapter last ran and the hint level reached, so the scoreboard covers the
@@ -38,12 +39,15 @@ class PuzzleRun:
     failed: int = 0
     not_started: int = 0
     errored: int = 0                    # failures outside the test itself (setup, teardown)
+    broken: int = 0                     # failures because the chapter does not import
     first_failure: dict | None = None   # the report data of its first failing test
     failures: list = dataclasses.field(default_factory=list)
 
     @property
     def status(self) -> str:
         if self.failed:
+            if self.broken == self.failed and not self.passed:
+                return "broken"
             return "not_started" if self.not_started == self.failed and not self.passed \
                 else "failing"
         if self.passed and self.passed >= self.total:
@@ -72,6 +76,7 @@ def tally(reports: list[dict]) -> tuple[dict[str, PuzzleRun], dict[str, int]]:
             run.failures.append(data)
             kinds = [f["kind"] for f in data.get("findings", [])]
             run.not_started += kinds[:1] == ["not_started"]
+            run.broken += kinds[:1] == ["broken_chapter"]
             run.errored += data.get("when", "call") != "call"
             run.first_failure = run.first_failure or data
         elif data["outcome"] == "passed":
@@ -162,8 +167,11 @@ def render(chapters: dict[str, Chapter], progress: dict, runs: dict[str, PuzzleR
         count = f"{len(done)}/{len(chapter.puzzles)}"
         pts = f"{sum(p.points for p in done)}/{chapter.points} pts"
         line = f"  {chapter.name:<{width}}{bar}  {count:>5}  {pts:>11}"
-        todo = next((p for p in chapter.puzzles if status(p) != "solved"), None)
-        if chapter.name not in ran_chapters:
+        todo = next((p for p in chapter.puzzles if status(p) != "solved" and p.id in runs),
+                    None) or next((p for p in chapter.puzzles if status(p) != "solved"), None)
+        if any(runs.get(p.id) and runs[p.id].status == "broken" for p in chapter.puzzles):
+            line += f"   does not import: fix exercises/{chapter.name}.py first"
+        elif chapter.name not in ran_chapters:
             last = progress.get("chapters", {}).get(chapter.name)
             line += f"   last run {last}" if last else "   not run yet"
         elif todo is not None:
@@ -177,7 +185,12 @@ def render(chapters: dict[str, Chapter], progress: dict, runs: dict[str, PuzzleR
     todo = next((p for p in unsolved if p.id in runs), None) \
         or next((p for p in unsolved if p.chapter in ran_chapters), None) \
         or next(iter(unsolved), None)
-    if todo is not None:
+    broken = [c for c in chapters if any(
+        runs.get(p.id) and runs[p.id].status == "broken" for p in chapters[c].puzzles)]
+    if broken:
+        lines.append(f"next: fix exercises/{broken[0]}.py so that it imports, then run "
+                     f"pytest exercises/test_{broken[0]}.py")
+    elif todo is not None:
         lines.append(f"next: {command_for(todo, status(todo) == 'failing')}")
     else:
         lines.append("every puzzle solved: well done!")

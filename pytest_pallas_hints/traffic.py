@@ -69,7 +69,7 @@ def moved_bytes(fn, *args, **static) -> Traffic:
     import jax
 
     run = functools.partial(fn, **static)
-    kernels, outside, straight = _survey(jax.make_jaxpr(run)(*args).jaxpr)
+    kernels, outside, straight = survey(jax.make_jaxpr(run)(*args).jaxpr)
     dmas: list[Operand] = []
     if straight:  # every kernel runs once, no scalar prefetch: count from the trace
         calls = [(params, []) for params in kernels]
@@ -90,7 +90,7 @@ _FREE = {"reshape", "squeeze", "expand_dims", "bitcast_convert_type"}
 _REPEATING = {"while", "scan", "cond", "switch"}  # a kernel inside runs 0 or many times
 
 
-def _survey(jaxpr) -> tuple[list[dict], list[Operand], bool]:
+def survey(jaxpr) -> tuple[list[dict], list[Operand], bool]:
     """The pallas_calls of ``jaxpr`` (their params), the bytes moved by the other JAX
     ops per primitive, and whether each kernel runs exactly once without scalar
     prefetch (so that its traffic follows from the trace alone)."""

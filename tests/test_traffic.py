@@ -158,7 +158,7 @@ def test_check_traffic_names_the_operand_that_moved_too_much():
                       minimum=minimum)
     (finding,) = info.value.findings()
     facts = dict(finding.facts)
-    assert facts["bytes"].startswith("moved: yours ")
+    assert facts["bytes"].startswith("moved by kernels: yours ")
     assert "b_ref in matmul_kernel: read" in facts["most"] and "8 × its size" in facts["most"]
 
 
