@@ -460,9 +460,15 @@ def flash_backward(q, k, v, o, lse, do, *, causal=False, sm_scale=None, block_q=
     In the dQ call, q, dO, lse and delta follow (b, n, i) and K, V follow
     (b, n, kv), clamped when causal as in the forward. In the dK/dV call, K, V,
     dK and dV follow (b, h, kv); q, dO, lse and delta follow (b, h * G + g, i).
-    Causal: K/V block kv is first seen by q block kv * block_kv // block_q (at
-    most the last q block), so clamp i from below with jnp.maximum: skipped
-    steps then fetch nothing.
+    Causal: K/V block kv is first seen by q block kv * block_kv // block_q, so
+    clamp i from below, i = jnp.maximum(i, first): the skipped steps then fetch
+    nothing. When S > T that first block can lie past the last q block (keys no
+    query sees), so cap it too: first = jnp.minimum(kv * block_kv // block_q,
+    T // block_q - 1).
+
+    Grid axes: the reduction axes come last and are "arbitrary", the others
+    "parallel": dimension_semantics ("parallel",) * 3 + ("arbitrary",) for the
+    dQ call, ("parallel",) * 3 + ("arbitrary", "arbitrary") for dK/dV.
     """
     raise NotImplementedError
 

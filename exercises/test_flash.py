@@ -48,7 +48,8 @@ def attention(q, k, v, **options):
     """(o, lse) in float64: softmax(s) @ v and logsumexp(s) over the keys."""
     s, heads = scores(q, k, **options)
     m = s.max(axis=-1, keepdims=True)
-    e = np.exp(s - m)
+    with np.errstate(invalid="ignore"):  # a wrong answer may hide every key of a row
+        e = np.exp(s - m)
     l = e.sum(axis=-1, keepdims=True)
     o = (e / l) @ np.asarray(v, np.float64)[:, heads]
     return o, (m + np.log(l))[..., 0]
@@ -102,6 +103,8 @@ def test_dense(B, N, K, T, S, H, causal, dtype, rng):
     check(run_jax(flash.attention, q, k, v, causal=causal), wrong(causal=causal)(),
           blocks=(1, 1, None, None), axes="B N T H",
           likely={"no_scale": wrong(causal=causal, sm_scale=1.0),
+                  "scale_one_over_h": wrong(causal=causal, sm_scale=1 / H),
+                  "scale_sqrt_h": wrong(causal=causal, sm_scale=math.sqrt(H)),
                   "head_modulo": wrong(causal=causal, head_of=lambda n: n % K),
                   "mask_ignored": wrong(),
                   "bottom_right": wrong(causal=causal, diagonal=S - T)})
@@ -138,16 +141,21 @@ def test_online(T, S, H, block_kv, rng):
         return lambda: online_variants(q, k, v, block_kv, rescale_l=rescale_l,
                                        rescale_acc=rescale_acc)
 
+    def last_chunk_only():  # the running max handed on was the old one
+        last = slice((S - 1) // block_kv * block_kv, S)
+        return attention(q[None, None], k[last][None, None],
+                         v[last][None, None])[0][0, 0].astype(np.float32)
+
     check(run_jax(flash.online_attention, q, k, v, block_kv=block_kv), expected.astype(np.float32),
           tolerance=1e-4,
           likely={"no_rescale": variant(False, False), "acc_not_rescaled": variant(True, False),
-                  "l_not_rescaled": variant(False, True)})
+                  "l_not_rescaled": variant(False, True), "last_chunk_only": last_chunk_only})
 
 
 # 3 -------------------------------------------------------------------------
 @puzzle("flash.kv_loop")
 @pytest.mark.parametrize("T, S, H, block_q, block_kv", [
-    pytest.param(256, 384, 64, 128, 128, id="T=256 S=384 H=64 block_q=block_kv=128"),
+    pytest.param(128, 384, 64, 128, 128, id="T=128 S=384 H=64 block_q=block_kv=128"),
     pytest.param(128, 128, 128, 128, 128, id="T=S=128 H=128 (one block each)"),
     pytest.param(2048, 4096, 128, 256, 512, id="T=2048 S=4096 H=128-tpu", marks=on_tpu),
 ])
@@ -170,7 +178,7 @@ def test_kv_loop(T, S, H, block_q, block_kv, rng):
     check(yours, single()(), blocks=(block_q, None), axes="T H", tolerance=1e-4,
           likely={"unnormalised": unnormalised, "first_kv_block_only": first_kv_block_only,
                   "no_scale": single(sm_scale=1.0)})
-    if T > block_q:  # once per puzzle, to keep the run short
+    if S > block_kv:  # once per puzzle, to keep the run short
         lowers_for_tpu(flash.flash_one_head, q, k, v, block_q=block_q, block_kv=block_kv)
 
 
@@ -208,9 +216,14 @@ def check_grid(yours, q, k, v):
         kv = slice(S - 128, S)
         return attention(q, k[:, :, kv], v[:, :, kv])[0].astype(dtype)
 
+    def first_kv_block_dropped():  # reset after the fold of kv block 0
+        kv = slice(128, S)
+        return attention(q, k[:, :, kv], v[:, :, kv])[0].astype(dtype)
+
     check(yours, attention(q, k, v)[0].astype(dtype), blocks=(1, 1, 128, None), axes="B N T H",
           tolerance=1e-4 if dtype == np.float32 else None,
           likely={"last_kv_block_only": last_kv_block_only,
+                  "first_kv_block_dropped": first_kv_block_dropped,
                   "no_scale": lambda: attention(q, k, v, sm_scale=1.0)[0].astype(dtype)})
 
 
@@ -259,9 +272,17 @@ def check_causal(yours, q, k, v):
         e = np.exp(s - s.max(axis=-1, keepdims=True))
         return ((e / e.sum(axis=-1, keepdims=True)) @ np.asarray(v, np.float64)).astype(np.float32)
 
+    def mask_block_local():  # row and column counted from each block's start
+        row, col = np.arange(T)[:, None], np.arange(S)[None, :]
+        keep = (col // 128 <= row // 128) & (col % 128 <= row % 128)
+        s = np.where(keep, scores(q, k)[0], -np.inf)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        return ((e / e.sum(axis=-1, keepdims=True)) @ np.asarray(v, np.float64)).astype(np.float32)
+
     check(yours, wrong(causal=True)(), blocks=(1, 1, 128, None), axes="B N T H", tolerance=1e-4,
           likely={"diagonal_excluded": diagonal_excluded,
                   "unmasked_diagonal_blocks": unmasked_diagonal_blocks,
+                  "mask_block_local": mask_block_local,
                   "mask_ignored": wrong(),
                   "bottom_right": wrong(causal=True, diagonal=S - T)})
 
@@ -282,7 +303,9 @@ def test_logsumexp(B, N, T, S, H, causal, kv_len, dtype, rng):
     check(o, expected_o.astype(dtype), blocks=(1, 1, 128, None), axes="B N T H",
           tolerance=1e-4 if dtype == "float32" else None,
           likely={"padding_not_masked":
-                  lambda: attention(q, k, v, causal=causal)[0].astype(dtype)})
+                  lambda: attention(q, k, v, causal=causal)[0].astype(dtype),
+                  "kv_len_inclusive": lambda: attention(
+                      q, k, v, causal=causal, kv_len=kv_len and kv_len + 1)[0].astype(dtype)})
 
     def lse_part(part):  # m + log(l), with one half left out
         s = scores(q, k, causal=causal, kv_len=kv_len)[0]
@@ -299,7 +322,7 @@ def test_logsumexp(B, N, T, S, H, causal, kv_len, dtype, rng):
 # 7 -------------------------------------------------------------------------
 @puzzle("flash.backward")
 @pytest.mark.parametrize("B, N, T, S, H, causal, dtype", [
-    pytest.param(1, 1, 256, 256, 64, True, "float32", id="B=1 N=1 T=S=256 H=64 tril"),
+    pytest.param(1, 1, 256, 384, 64, True, "float32", id="B=1 N=1 T=256 S=384 H=64 tril"),
     pytest.param(1, 1, 128, 128, 128, False, "bfloat16", id="B=1 N=1 T=S=128 bf16"),
     pytest.param(4, 16, 2048, 2048, 128, True, "bfloat16", id="B=4 N=16 T=S=2048 bf16-tpu",
                  marks=on_tpu),
@@ -309,7 +332,8 @@ def test_backward(B, N, T, S, H, causal, dtype, rng):
     do = rng.normal((B, N, T, H), dtype)
     o, lse = attention(q, k, v, causal=causal)   # the forward's outputs, exact
     o, lse = o.astype(dtype), lse.astype(np.float32)
-    dq, dk, dv = run(flash.flash_backward, q, k, v, o, lse, do, causal=causal)
+    traffic = moved_bytes(flash.flash_backward, q, k, v, o, lse, do, causal=causal)
+    dq, dk, dv = traffic.output
     expected = attention_grads(q, k, v, do, causal=causal)
 
     def no_delta(n):
@@ -322,6 +346,16 @@ def test_backward(B, N, T, S, H, causal, dtype, rng):
               tolerance=tolerance, likely={"no_delta": no_delta(n)})
     if dtype != "float32":
         return
+    # T = 256, S = 384 in 128-blocks, causal: 2 q blocks, 3 K/V blocks. The dQ call
+    # fetches K/V blocks 0 and 1 once each (its kv index map clamped), q, dO, lse and
+    # delta once per q block; the dK/dV call fetches q block 0 for K/V block 0 only
+    # (its q-side index maps clamped from below) and q block 1 once, K/V once each. K/V
+    # block 2 is seen by no query: its first q block is capped at the last one.
+    # Tiles (128, H) f32; lse and delta rows (128, 1) f32.
+    tile, row = 128 * H * 4, 128 * 4
+    needed = (18 * tile + 8 * row) + 8 * tile          # read, then dq, dk, dv written
+    minimum = (10 * tile + 4 * row) + 8 * tile         # every input read once
+    check_traffic(traffic, reference=needed, minimum=minimum)
     lowers_for_tpu(flash.flash_backward, q, k, v, o, lse, do, causal=causal)
     # jax.grad through flash_core: traced, not run (puzzle 8 runs it on every kernel).
     traced = str(jax.make_jaxpr(lambda *a: with_grads(*a, attend=flash.flash_core,
@@ -329,6 +363,18 @@ def test_backward(B, N, T, S, H, causal, dtype, rng):
     assert traced.count("pallas_call") >= 3, (
         "jax.grad of flash_core should run three kernels, the forward, dQ and dK/dV: "
         "wrap flash_forward and flash_backward in a jax.custom_vjp")
+
+
+@puzzle("flash.gqa")
+@pytest.mark.parametrize("N, K, block_q, block_kv", [
+    pytest.param(4, 3, 128, 128, id="N=4 K=3 (K does not divide N)"),
+    pytest.param(4, 2, 100, 128, id="block_q=100 (not a multiple of 8)"),
+])
+def test_gqa_checks_its_arguments(N, K, block_q, block_kv, rng):
+    """Bad arguments fail up front, with a message, not deep inside a kernel."""
+    q, k, v = inputs(rng, 1, N, K, 128, 128, 64)
+    with pytest.raises(ValueError):
+        flash.flash_attention(q, k, v, block_q=block_q, block_kv=block_kv)
 
 
 # 8 -------------------------------------------------------------------------
@@ -353,9 +399,13 @@ def test_gqa(B, N, K, T, S, H, causal, dtype, rng):
     def modulo():
         return attention(q, k, v, causal=causal, head_of=lambda n: n % K)[0].astype(dtype)
 
+    def padded_keys_seen():  # S padded with zero keys up to whole blocks, none masked
+        pad = ((0, 0), (0, 0), (0, -S % 128), (0, 0))
+        return attention(q, np.pad(k, pad), np.pad(v, pad), causal=causal)[0].astype(dtype)
+
     check(o, attention(q, k, v, causal=causal)[0].astype(dtype), blocks=(1, 1, 128, None),
           axes="B N T H", tolerance=1e-4 if with_backward else None,
-          likely={"head_modulo": modulo})
+          likely={"head_modulo": modulo, "padding_not_masked": padded_keys_seen})
     if not with_backward:
         return
     expected = attention_grads(q, k, v, do, causal=causal)

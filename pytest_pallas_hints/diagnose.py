@@ -181,7 +181,7 @@ def _constant_factor(y, e, tolerance) -> float | None:
     if not np.isfinite(y).all() or ee == 0 or np.ptp(e) == 0:
         return None  # a constant expected value is a multiple of anything
     c = float(np.vdot(y, e)) / ee
-    if abs(c - 1) < 1e-3 or c == 0 or not close(y, c * e, max(tolerance, 1e-4) * 10).all():
+    if abs(c - 1) < 1e-3 or c == 0 or not close(y, c * e, max(tolerance, 1e-4) * 2).all():
         return None
     return c
 
@@ -256,7 +256,7 @@ class _BlockGrid:
     def tail_axis(self, bad: np.ndarray) -> int | None:
         wrong = self.wrong(bad)
         for d, (s, b, c) in enumerate(zip(self.shape, self.blocks, self.counts)):
-            if s % b and wrong.any() and not np.take(wrong, range(c - 1), axis=d).any():
+            if c > 1 and s % b and wrong.any() and not np.take(wrong, range(c - 1), axis=d).any():
                 return d
         return None
 
@@ -371,7 +371,8 @@ def _readable(text: str) -> str:
 
 
 _QUIET = {"not_started"}                       # one line, no facts
-_SELF_EXPLAINED = {"traced_if", "race", "hang", "broken_chapter", "lowering"}
+_SELF_EXPLAINED = {"traced_if", "traced_index_map", "race", "hang", "broken_chapter",
+                   "lowering"}
 
 
 def _line_at(text: str, position: int) -> str:
@@ -412,6 +413,10 @@ _ERRORS = [
     (r"KernelTimeout: no result after (\S+) s", "hang",
      "no result after {0} s: a loop that never ends, or a wait on a DMA or semaphore "
      "that nothing starts or signals."),
+    (r"^(?:TracerBoolConversionError|ConcretizationTypeError|TracerIntegerConversionError)"
+     r".*for pallas_call index_map", "traced_index_map",
+     "an index map gets its grid indices as traced values: Python's min, max, `if`, "
+     "`and`/`or` cannot look at them. Use jnp.minimum, jnp.maximum or jnp.where."),
     (r"^(?:TracerBoolConversionError|ConcretizationTypeError|TracerIntegerConversionError)",
      "traced_if",
      "Python `if`, `bool()`, `and`/`or` or `int()` on a traced value: inside a kernel, "
@@ -455,14 +460,16 @@ _ERRORS = [
 
 # --------------------------------------------------------------- render ---
 
-def render(findings: list[Finding], words: dict[str, str] | None = None) -> list[str]:
+def render(findings: list[Finding], words: dict[str, str] | None = None,
+           output: str | None = None) -> list[str]:
     """Fact rows, then one ``diagnosis`` sentence for the most specific finding (the
-    first): the puzzle's own words for its kind if it has them, else the engine's."""
+    first): the puzzle's own words for its kind if it has them ("kind:output", e.g.
+    "blocks:dq", before "kind"), else the engine's."""
     if not findings:
         return []
     rows = [row for f in findings for row in f.facts]
-    first = findings[0]
-    chosen = (words or {}).get(first.kind, first.says)
+    first, words = findings[0], words or {}
+    chosen = words.get(f"{first.kind}:{output}", words.get(first.kind, first.says))
     lines = []
     for label, text in rows + [("diagnosis", chosen)]:
         lines += _row(label, text)

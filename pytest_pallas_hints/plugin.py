@@ -327,7 +327,8 @@ class PallasRun:
                                            f"seed {data['seed']}") if x)
         head = f"✗ {puzzle.id}" + (f" · {data['output']}" if data.get("output") else "")
         lines = [f"{head}  [{label}]" if label else head]
-        lines += ["  " + line for line in diagnose.render(findings, puzzle.say)]
+        lines += ["  " + line for line in diagnose.render(findings, puzzle.say,
+                                                          data.get("output"))]
         if self.hint is None:
             lines.append(f"  {'more':<{diagnose.LABEL_WIDTH}}{self._more(puzzle)}")
         return lines

@@ -95,8 +95,11 @@ def compiled_for_tpu():
 
     chip = contextlib.nullcontext()
     if hasattr(jax.sharding, "AbstractDevice"):  # rules that depend on the TPU generation
-        device = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1,
-                                             platform="tpu")
+        try:
+            device = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1,
+                                                 platform="tpu")
+        except TypeError:  # JAX < 0.9 has no platform field
+            device = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1)
         chip = jax.sharding.use_abstract_mesh(
             jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device))
     with pltpu.force_tpu_interpret_mode(None), chip:

@@ -181,7 +181,71 @@ def _block_windows(block, steps: np.ndarray, prefetch: list) -> tuple[np.ndarray
 
 
 def _index_map(closed, steps: np.ndarray, prefetch: list) -> np.ndarray:
-    """The block indices an index map returns at every grid step, evaluated at once."""
+    """The block indices an index map returns at every grid step, evaluated at once:
+    in NumPy for plain integer arithmetic (no compile), else with JAX."""
+    columns = [steps[:, i] for i in range(steps.shape[1])]
+    if not prefetch:
+        try:
+            outputs = _numpy_eval(closed.jaxpr, closed.consts, columns)
+            return np.stack([np.broadcast_to(np.asarray(o, np.int64), len(steps))
+                             for o in outputs], axis=1)
+        except _NotPlain:
+            pass
+    return _jax_index_map(closed, steps, prefetch)
+
+
+class _NotPlain(Exception):
+    """An index map using something the NumPy evaluator does not know."""
+
+
+def _trunc_div(a, b):
+    return np.trunc(np.true_divide(a, b)).astype(np.result_type(a, b))
+
+
+_NUMPY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _trunc_div,
+    "rem": np.fmod, "max": np.maximum, "min": np.minimum, "neg": np.negative,
+    "abs": np.abs, "sign": np.sign, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
+    "and": np.logical_and, "or": np.logical_or, "not": np.logical_not,
+    "select_n": lambda which, *cases: np.choose(np.asarray(which, np.int64), cases),
+    "clamp": lambda lo, x, hi: np.clip(x, lo, hi),
+}
+_PASS_THROUGH = {"convert_element_type", "squeeze", "reshape", "broadcast_in_dim", "copy",
+                 "copy_p"}
+
+
+def _numpy_eval(jaxpr, consts, args):
+    from jax._src import core
+
+    env = {}
+
+    def read(v):
+        return v.val if isinstance(v, core.Literal) else env[v]
+
+    for var, value in zip(jaxpr.constvars, consts):
+        env[var] = np.asarray(value)
+    for var, value in zip(jaxpr.invars, args):
+        env[var] = value
+    for eqn in jaxpr.eqns:
+        name, values = eqn.primitive.name, [read(v) for v in eqn.invars]
+        if name in _NUMPY:
+            out = [_NUMPY[name](*values)]
+        elif name in _PASS_THROUGH and len(values) == 1 and not eqn.outvars[0].aval.shape:
+            out = values
+        elif name == "integer_pow":
+            out = [np.power(values[0], eqn.params["y"])]
+        elif name in ("pjit", "jit", "closed_call"):
+            inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
+            out = _numpy_eval(inner.jaxpr, inner.consts, values)
+        else:
+            raise _NotPlain(name)
+        for var, value in zip(eqn.outvars, out):
+            env[var] = value
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _jax_index_map(closed, steps: np.ndarray, prefetch: list) -> np.ndarray:
     import jax
     from jax._src import core
     from jax._src.state.types import AbstractRef

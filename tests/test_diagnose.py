@@ -161,6 +161,18 @@ def test_a_map_of_one_tiled_dim_is_one_line(x):
     assert [r.split() for r in rows] == [["i", "0", "1", "2", "3"], ["✓", "✗", "✓", "✓"]]
 
 
+def test_a_single_partial_block_is_not_called_the_tail():
+    expected = np.ones((5, 128), np.float32)
+    assert "tail" not in kinds(compare(expected + 1, expected, blocks=(8, None)))
+
+
+def test_words_for_one_output_come_before_words_for_the_kind(x):
+    findings = compare(x * 2, x)
+    words = {"scaled": "general", "scaled:dq": "about dq"}
+    assert "about dq" in "\n".join(render(findings, words, "dq"))
+    assert "general" in "\n".join(render(findings, words, "dv"))
+
+
 def test_findings_survive_a_round_trip_through_json(x):
     import json
 
@@ -199,6 +211,17 @@ def test_traced_if_from_a_real_tracer():
     assert finding.kind == "traced_if"
     assert "pl.when" in finding.says and "jnp.where" in finding.says
     assert ("at", "exercises/basics.py:12   if x > 0:") in finding.facts
+
+
+def test_python_min_in_an_index_map_is_not_called_a_kernel_if():
+    class TracerBoolConversionError(TypeError):
+        pass
+
+    error = TracerBoolConversionError(
+        "Attempted boolean conversion of traced array with shape bool[].\nThe error "
+        "occurred while tracing the function kv_index_map at k.py:6 for pallas_call index_map.")
+    finding = explain(error, [], ROOT)
+    assert finding.kind == "traced_index_map" and "jnp.minimum" in finding.says
 
 
 @pytest.mark.parametrize("message, kind, words", [
