@@ -11,7 +11,8 @@ it makes, the traffic a TPU's pipeline would cause:
 * index maps are evaluated on the real scalar-prefetch values; the prefetch
   operands themselves are not counted;
 * operands left in HBM (``memory_space=pl.ANY``) count only what the
-  kernel's own DMAs (``pltpu.make_async_copy``) move, as they run.
+  kernel's own DMAs (``pltpu.make_async_copy``) move, as they run (with
+  JAX >= 0.9, whose interpreter lets them be watched: ``counts_manual_dmas()``).
 
 A block that hangs off the end of its array counts only its in-bounds part.
 
@@ -309,12 +310,29 @@ def _recording_calls(calls: list):
         primitive.def_impl(original)
 
 
-@contextlib.contextmanager
-def _recording_dmas(dmas: list):
-    """Records every DMA the TPU interpreter executes (make_async_copy and friends)."""
+def _interpreter():
+    """The TPU interpreter's DMA class and memory-space names, where this JAX has them
+    (JAX >= 0.9); None where manual DMAs cannot be counted."""
     try:
         from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interpreter
     except ImportError:
+        return None
+    if not all(hasattr(interpreter, name) for name in
+               ("DMA", "DmaState", "TPU_MEMORY_SPACE_NAMES")) \
+            or not hasattr(interpreter.DMA, "execute_read"):
+        return None
+    return interpreter
+
+
+def counts_manual_dmas() -> bool:
+    return _interpreter() is not None
+
+
+@contextlib.contextmanager
+def _recording_dmas(dmas: list):
+    """Records every DMA the TPU interpreter executes (make_async_copy and friends)."""
+    interpreter = _interpreter()
+    if interpreter is None:
         yield
         return
     spaces = interpreter.TPU_MEMORY_SPACE_NAMES
