@@ -2,6 +2,8 @@
 scoreboard, progress file, hardware gating, races, hangs, broken chapters."""
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,6 +100,18 @@ def test_hint_and_reference_work_from_the_exercises_folder(kit):
     solved = kit.pytester.runpytest_inprocess("test_toy.py", "--reference",
                                               "-p", "no:cacheprovider")
     solved.assert_outcomes(passed=2)
+
+
+def test_hint_and_reference_work_under_xdist_from_the_exercises_folder(kit):
+    kit.add_toy_chapter(solved=False)
+
+    def pytest_in_exercises(*args):
+        return subprocess.run([sys.executable, "-m", "pytest", *args, "-n", "2",
+                               "-p", "no:cacheprovider"], cwd=kit.path / "exercises",
+                              capture_output=True, text=True, timeout=300).stdout
+
+    assert "hint 1 of 3 · the idea" in pytest_in_exercises("test_toy.py", "--hint")
+    assert "2 passed" in pytest_in_exercises("test_toy.py", "--reference")
 
 
 # ------------------------------------------------------------ the failure ---
