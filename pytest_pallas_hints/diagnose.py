@@ -97,6 +97,12 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
             f"right up to a constant factor: yours = {_name_factor(factor)} × expected. "
             "A scale applied twice, or not at all?"),
             facts=[("factor", f"yours = {_name_factor(factor)} × expected")]))
+    offset = _constant_offset(y, e, tolerance)
+    if offset is not None and factor is None:
+        shown = f"expected {'+' if offset > 0 else '-'} {abs(offset):.4g}"
+        findings.append(Finding("offset", (
+            f"right up to a constant: yours = {shown} everywhere. A term added once too "
+            "often, or a wrong initial value?"), facts=[("offset", f"yours = {shown}")]))
     if _looks_transposed(y, e, tolerance):
         findings.append(Finding("transposed", (
             f"your {name} equals the transpose of the expected one: are the grid axes "
@@ -182,6 +188,18 @@ def _constant_factor(y, e, tolerance) -> float | None:
         return None  # a constant expected value is a multiple of anything
     c = float(np.vdot(y, e)) / ee
     if abs(c - 1) < 1e-3 or c == 0 or not close(y, c * e, max(tolerance, 1e-4) * 2).all():
+        return None
+    return c
+
+
+def _constant_offset(y, e, tolerance) -> float | None:
+    """c if yours = expected + c everywhere (c not ~0), else None."""
+    if y.size < 2 or not np.isfinite(y).all():
+        return None
+    d = y - e
+    c = float(np.mean(d))
+    scale = float(np.max(np.abs(e), initial=0.0)) or 1.0
+    if abs(c) <= tolerance * scale * 4 or np.ptp(d) > tolerance * scale * 4:
         return None
     return c
 

@@ -191,7 +191,8 @@ class PallasRun:
                 "needs": _hardware_mark(item) if report.skipped else None}
         if report.failed and call.excinfo is not None:
             findings, dtype, output = _findings(call.excinfo, self.root)
-            data.update(findings=[f.to_dict() for f in findings], dtype=dtype, output=output)
+            data.update(findings=[f.to_dict() for f in findings], dtype=dtype, output=output,
+                        printed=_last_lines(report.capstdout))
             if not self.raw:
                 report.longrepr = "\n".join(self._failure_lines(data))
         report.pallas = data
@@ -329,6 +330,9 @@ class PallasRun:
         lines = [f"{head}  [{label}]" if label else head]
         lines += ["  " + line for line in diagnose.render(findings, puzzle.say,
                                                           data.get("output"))]
+        if data.get("printed"):  # the learner's own print() debugging
+            lines += [f"  {'printed' if n == 0 else '':<{diagnose.LABEL_WIDTH}}{text}"
+                      for n, text in enumerate(data["printed"])]
         if self.hint is None:
             lines.append(f"  {'more':<{diagnose.LABEL_WIDTH}}{self._more(puzzle)}")
         return lines
@@ -430,6 +434,11 @@ def _findings(excinfo, root: Path):
                 None if name == "output" else name)
     frames = [(f.filename, f.lineno, f.line or "") for f in traceback.extract_tb(excinfo.tb)]
     return [diagnose.explain(error, frames, root)], None, None
+
+
+def _last_lines(text: str, count: int = 8) -> list[str]:
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    return (["..."] if len(lines) > count else []) + lines[-count:]
 
 
 def _relative(path: Path, config) -> str:

@@ -93,6 +93,12 @@ def test_constant_factor_is_named(x, factor, name):
     assert f"yours = {name} × expected" in findings[0].says
 
 
+def test_a_constant_offset_is_named(x):
+    findings = compare(x + 1, x)
+    assert kinds(findings)[0] == "offset"
+    assert ("offset", "yours = expected + 1") in findings[0].facts
+
+
 def test_block_map_marks_only_the_wrong_blocks(x):
     y = x.copy()
     y[8:16, 128:] += 1  # block (1, 1) of a 4 x 2 grid

@@ -141,6 +141,14 @@ def test_a_wrong_answer_names_the_puzzle_config_and_seed(kit):
     assert "more       pytest exercises/test_toy.py -k answer --hint   (hint 1 of 3)" in out
 
 
+def test_what_the_learner_printed_is_shown_with_the_diagnosis(kit):
+    kit.add_toy_chapter(solved=True)
+    kit.write("exercises/toy.py", 'def answer():\n    """x"""\n    print("debug: 41")\n'
+                                  '    return 41.0\n')
+    out = kit.run("exercises/test_toy.py").stdout.str()
+    assert "  printed    debug: 41" in out
+
+
 def test_syntax_error_in_one_chapter_fails_its_tests_and_grades_the_rest(kit):
     kit.add_toy_chapter(solved=True)
     kit.write("exercises/basics.py", "def add_one(x:\n    pass\n")
