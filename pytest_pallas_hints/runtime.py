@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import sys
 import threading
@@ -124,12 +123,6 @@ def watch(seconds: float):
         races.append("a race (the interpreter did not say where)")
     if races:
         raise RaceDetected(races)
-
-
-def race_lines(report: str) -> list[str]:
-    """The source locations ("file.py:12 (fn)") named in one race report."""
-    return [f"{os.path.basename(f)}:{line} ({fn})"
-            for f, line, fn in re.findall(r"(\S+\.py):(\d+)(?::\d+)? \((\w+)\)", report)]
 
 
 def _reset_interpreter() -> None:
