@@ -5,7 +5,8 @@ Read top to bottom, this module is the table of contents:
   options        --hint[=N], --reference, --no-scoreboard, --pallas-timeout,
                  --classroom-result, --gradescope-results
   configure      resolve options once; register the run when the kit is here
-  setup          skip tpu/gpu tests without the hardware; else TPU interpret mode
+  setup          skip tpu/gpu tests without the hardware; else TPU interpret mode,
+                 with compiled programs kept between runs (compile_cache.py)
   call           fail on a race, or on a kernel that never finishes
   makereport     turn each failure into findings (diagnose.py)
   summary        failures grouped by puzzle, hints, the scoreboard
@@ -20,6 +21,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -97,6 +99,8 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     chapters.configure("exercises")
+    if "pytest_pallas_hints.compile_cache" in sys.modules:
+        sys.modules["pytest_pallas_hints.compile_cache"].uninstall()
 
 
 @pytest.fixture
@@ -161,6 +165,11 @@ class PallasRun:
         if self.platforms is None:  # detected once per session
             self.platforms = runtime.platforms()
             runtime.use_interpret_mode("tpu" not in self.platforms)
+            if "tpu" not in self.platforms:
+                from . import compile_cache
+
+                cache = getattr(self.config, "cache", None)  # None under -p no:cacheprovider
+                compile_cache.install(cache.mkdir("pallas-xla") if cache else None)
         kind = _hardware_mark(item)
         if kind and kind not in self.platforms:
             pytest.skip(f"needs a {kind.upper()}: none detected here "

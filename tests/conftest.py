@@ -52,9 +52,10 @@ class Kit:
                             ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy(ROOT / "pyproject.toml", self.path)
 
-    def run(self, *args, subprocess=False):
-        """pytest in the copied kit; ``subprocess`` for xdist and fresh processes."""
-        args = ("-p", "no:cacheprovider", *args)
+    def run(self, *args, subprocess=False, cache=False):
+        """pytest in the copied kit; ``subprocess`` for xdist and fresh processes;
+        ``cache`` keeps pytest's cache folder (and the compile cache in it)."""
+        args = (*(() if cache else ("-p", "no:cacheprovider")), *args)
         if subprocess:
             return self.pytester.runpytest_subprocess(*args)
         return self.pytester.runpytest_inprocess(*args)
@@ -95,7 +96,7 @@ def jax_loaded_once():
     import jax
     from jax.experimental import pallas as pl
 
-    from pytest_pallas_hints import checking, runtime
+    from pytest_pallas_hints import checking, compile_cache, runtime
 
     def kernel(x_ref, o_ref):
         o_ref[...] = x_ref[...]
@@ -105,6 +106,7 @@ def jax_loaded_once():
 
     x = jax.numpy.zeros((8, 128))
     runtime.use_interpret_mode(True)
+    compile_cache.install(None)  # wraps JAX's compiler once, outside any in-process run
     checking.run(copy, x).block_until_ready()
     checking.lowers_for_tpu(copy, x)
 

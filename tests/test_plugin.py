@@ -330,3 +330,15 @@ def test_an_unknown_puzzle_id_is_a_usage_error(kit):
     result = kit.run("exercises/test_bad.py")
     assert result.ret != pytest.ExitCode.OK
     assert "basics.nope" in result.stdout.str() + result.stderr.str()
+
+
+def test_compiled_programs_are_kept_in_pytests_cache_folder_unless_it_is_off(kit):
+    folder = kit.path / ".pytest_cache" / "d" / "pallas-xla"
+    kit.run("exercises/test_basics.py", "--reference", "-k", "add_one")
+    assert not folder.exists()  # -p no:cacheprovider, as the grading workflow runs
+    first = kit.run("exercises/test_basics.py", "--reference", "-k", "add_one", cache=True)
+    entries = sorted(folder.glob("*.xla"))
+    second = kit.run("exercises/test_basics.py", "--reference", "-k", "add_one", cache=True)
+    first.assert_outcomes(passed=2, skipped=1)
+    second.assert_outcomes(passed=2, skipped=1)
+    assert entries and sorted(folder.glob("*.xla")) == entries  # loaded, none added

@@ -1,0 +1,103 @@
+"""The compile cache: an interpret-mode program (it calls back into Python)
+compiled in one run is loaded, not compiled, in the next; a damaged entry is
+compiled afresh; results do not change."""
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax._src import compiler
+from jax.experimental import pallas as pl
+
+from pytest_pallas_hints import compile_cache, runtime
+
+
+def double(x):
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid=(2,), in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)))(x)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """Interpret mode with the cache in tmp_path; counts the XLA compiles of
+    programs that call back into Python (the interpreter's own helpers are not)."""
+    compiles = []
+    original = compiler.backend_compile_and_load
+
+    def counted(backend, module, devices, options, host_callbacks, *rest, **kw):
+        compiles.extend([module] if host_callbacks else [])
+        return original(backend, module, devices, options, host_callbacks, *rest, **kw)
+
+    monkeypatch.setattr(compiler, "backend_compile_and_load", counted)
+    runtime.use_interpret_mode(True)
+    compile_cache.install(tmp_path)
+    yield tmp_path, compiles
+    compile_cache.uninstall()
+
+
+def compile_and_run(x):
+    jax.clear_caches()  # as a new pytest process would start
+    lowered = jax.jit(double).trace(x).lower()
+    assert "callback" in lowered.as_text(), "an interpret-mode program calls back into Python"
+    return np.asarray(lowered.compile()(x))
+
+
+def test_a_program_with_callbacks_compiled_once_is_loaded_the_next_time(cache):
+    folder, compiles = cache
+    x = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
+    first = compile_and_run(x)
+    assert len(compiles) == 1 and list(folder.glob("*.xla"))
+    second = compile_and_run(x)
+    if not compile_cache._state["load_callbacks"]:
+        pytest.skip(f"jaxlib {jax.__version__} takes Python callbacks only as capsules")
+    assert len(compiles) == 1, "the second run compiled again instead of loading"
+    np.testing.assert_array_equal(first, x * 2)
+    np.testing.assert_array_equal(second, x * 2)
+
+
+def test_another_program_gets_its_own_entry(cache):
+    folder, compiles = cache
+    if not compile_cache._state["load_callbacks"]:
+        pytest.skip(f"jaxlib {jax.__version__} takes Python callbacks only as capsules")
+    compile_and_run(np.ones((16, 128), np.float32))
+    entries = set(folder.glob("*.xla"))
+    compile_and_run(np.ones((16, 128), jnp.bfloat16))
+    assert len(compiles) == 2 and set(folder.glob("*.xla")) > entries
+
+
+def test_a_damaged_entry_is_compiled_afresh(cache):
+    folder, compiles = cache
+    x = np.ones((16, 128), np.float32)
+    compile_and_run(x)
+    entries = list(folder.glob("*.xla"))
+    for entry in entries:
+        entry.write_bytes(b"not an executable")
+    np.testing.assert_array_equal(compile_and_run(x), x * 2)
+    assert len(compiles) == 2
+    assert all(entry.read_bytes() != b"not an executable" for entry in entries)
+
+
+def test_without_a_folder_nothing_is_kept(cache):
+    folder, compiles = cache
+    compile_cache.install(None)
+    compile_and_run(np.ones((16, 128), np.float32))
+    compile_and_run(np.ones((16, 128), np.float32))
+    assert len(compiles) == 2 and not list(folder.glob("*.xla"))
+
+
+def test_the_folder_is_pruned_oldest_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(compile_cache, "PRUNE_ABOVE", 3000)
+    monkeypatch.setattr(compile_cache, "PRUNE_TO", 2000)
+    for age, name in enumerate(["old", "mid", "new"]):
+        path = tmp_path / f"{name}.xla"
+        path.write_bytes(b"x" * 1000)
+        os.utime(path, (1000 + age, 1000 + age))
+    (tmp_path / "newest.xla").write_bytes(b"x" * 1000)
+    compile_cache.install(tmp_path)
+    compile_cache.uninstall()
+    assert sorted(p.stem for p in tmp_path.glob("*.xla")) == ["new", "newest"]
