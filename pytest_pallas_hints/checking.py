@@ -203,10 +203,16 @@ def lowers_for_tpu(fn: Callable, *args, **static) -> None:
     """
     import jax
 
+    from . import compile_cache
+
     with runtime.compiled_for_tpu():
         try:
-            jax.jit(functools.partial(fn, **static)).trace(*args).lower(
-                lowering_platforms=("tpu",))
+            traced = jax.jit(functools.partial(fn, **static)).trace(*args)
+            mark = compile_cache.passed_before("lowers_for_tpu", traced.jaxpr)
+            if mark is not None and mark.exists():
+                return  # this exact program lowered in an earlier run
+            traced.lower(lowering_platforms=("tpu",))
+            compile_cache.record(mark)
         except (NotImplementedError, AssertionError, ChapterImportError):
             raise
         except Exception as error:

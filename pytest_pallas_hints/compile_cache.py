@@ -13,6 +13,10 @@ every load, store and DMA). Two things cut it:
   tests after every edit, so every kernel they did not touch since loads in
   milliseconds instead of compiling.
 
+The same folder remembers which programs passed ``lowers_for_tpu`` (the real
+TPU lowering, another few hundred ms a test), keyed on a description of the
+traced program that includes every parameter of every ``pallas_call``.
+
 The cache is keyed on everything the compiled code depends on: the program text
 (without source locations), the compile options, the XLA flags, and the
 versions of JAX, jaxlib and the backend. It lives in pytest's cache folder
@@ -114,6 +118,58 @@ def _compile(backend, computation, options, callbacks, executable_devices, compi
     return executable
 
 
+def passed_before(check: str, jaxpr) -> Path | None:
+    """The file that marks ``check`` as passed for this exact traced program
+    (see ``record``), or None where nothing is kept."""
+    if not _state["directory"]:
+        return None
+    import jax
+    import jaxlib
+
+    key = hashlib.sha256(f"{check}\0{jax.__version__}\0{jaxlib.__version__}\0".encode())
+    for part in _describe(jaxpr):
+        key.update(part.encode() + b"\0")
+    return _state["directory"] / f"{key.hexdigest()}.passed"
+
+
+def record(mark: Path | None) -> None:
+    """Marks a check as passed (``mark`` from ``passed_before``)."""
+    if mark is not None:
+        try:
+            mark.parent.mkdir(parents=True, exist_ok=True)
+            mark.touch()
+        except OSError:
+            pass
+
+
+def _describe(x):
+    """Text for everything in a jaxpr: its printout, plus every field of the
+    parameters the printout abbreviates (a pallas_call's GridMapping omits its
+    index maps, for one). An object whose repr names a memory address makes the
+    key differ from run to run: a miss, never a false hit."""
+    import dataclasses
+
+    from jax._src import core
+
+    if isinstance(x, (core.Jaxpr, core.ClosedJaxpr)):
+        yield str(x)
+        for eqn in (x.jaxpr if isinstance(x, core.ClosedJaxpr) else x).eqns:
+            for name, value in sorted(eqn.params.items()):
+                yield name
+                yield from _describe(value)
+    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+        yield type(x).__qualname__
+        for field in dataclasses.fields(x):
+            yield field.name
+            yield from _describe(getattr(x, field.name))
+    elif isinstance(x, (tuple, list)):
+        yield f"{type(x).__name__}[{len(x)}]"
+        for item in x:
+            yield from _describe(item)
+    else:
+        yield repr(x)
+
+
 def _entry(backend, computation, options) -> Path | None:
     """The cache file for this program, or None where it cannot be keyed."""
     try:
@@ -149,7 +205,8 @@ def _store(path: Path, backend, executable) -> None:
 def _prune(directory: Path) -> None:
     """Keeps the folder under PRUNE_ABOVE bytes, dropping the least recently used."""
     try:
-        entries = [(p.stat().st_mtime, p.stat().st_size, p) for p in directory.glob("*.xla")]
+        entries = [(p.stat().st_mtime, p.stat().st_size, p) for p in directory.iterdir()
+                   if p.suffix in (".xla", ".passed")]
         total = sum(size for _, size, _ in entries)
         for _, size, path in sorted(entries) if total > PRUNE_ABOVE else ():
             if total <= PRUNE_TO:

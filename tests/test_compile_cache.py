@@ -101,3 +101,49 @@ def test_the_folder_is_pruned_oldest_first(tmp_path, monkeypatch):
     compile_cache.install(tmp_path)
     compile_cache.uninstall()
     assert sorted(p.stem for p in tmp_path.glob("*.xla")) == ["new", "newest"]
+
+
+def copy_with(index_map, block=(8, 128)):
+    def copy(x):
+        def kernel(x_ref, o_ref):
+            o_ref[...] = x_ref[...]
+
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(2,), in_specs=[pl.BlockSpec(block, index_map)],
+                              out_specs=pl.BlockSpec(block, lambda i: (i, 0)))(x)
+    return copy
+
+
+@pytest.fixture
+def lowerings(tmp_path, monkeypatch):
+    """The cache folder in tmp_path; counts real TPU lowerings."""
+    from jax._src import stages
+
+    calls = []
+    original = stages.Traced.lower
+    monkeypatch.setattr(stages.Traced, "lower",
+                        lambda self, *a, **k: calls.append(k) or original(self, *a, **k))
+    compile_cache.install(tmp_path)
+    yield calls
+    compile_cache.uninstall()
+
+
+def test_a_program_that_lowered_is_not_lowered_again(lowerings):
+    from pytest_pallas_hints.checking import lowers_for_tpu
+
+    x = np.ones((16, 128), np.float32)
+    lowers_for_tpu(copy_with(lambda i: (i, 0)), x)
+    lowers_for_tpu(copy_with(lambda i: (i, 0)), x)
+    assert len(lowerings) == 1
+    lowers_for_tpu(copy_with(lambda i: (1 - i, 0)), x)  # only an index map differs
+    assert len(lowerings) == 2
+
+
+def test_a_program_that_failed_to_lower_is_checked_every_time(lowerings):
+    from pytest_pallas_hints.checking import LoweringFailed, lowers_for_tpu
+
+    x = np.ones((16, 128), np.float32)
+    for _ in range(2):
+        with pytest.raises(LoweringFailed):
+            lowers_for_tpu(copy_with(lambda i: (i, 0), block=(8, 64)), x)
+    assert len(lowerings) == 2
