@@ -1,7 +1,10 @@
 """How fast is the learner's feedback loop? Wall times, plugin overhead, bytes moved.
 
     python benchmarks/bench.py              # print the tables
-    python benchmarks/bench.py --write      # also write benchmarks/RESULTS.md
+    python benchmarks/bench.py --write      # also write benchmarks/LATEST.md
+
+benchmarks/RESULTS.md is the curated record: copy the tables there, with the
+session's `import jax` time, and say what changed.
     python benchmarks/bench.py --runs 3 --only basics
 
 Wall times are the median of --runs runs of a fresh `python -m pytest`
@@ -165,7 +168,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--only", help="one chapter's feedback time, nothing else")
-    parser.add_argument("--write", action="store_true", help="write benchmarks/RESULTS.md")
+    parser.add_argument("--write", action="store_true", help="write benchmarks/LATEST.md")
     args = parser.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -189,7 +192,7 @@ def main() -> None:
     report = "\n\n".join(sections) + "\n"
     print(report)
     if args.write:
-        (ROOT / "benchmarks" / "RESULTS.md").write_text(report)
+        (ROOT / "benchmarks" / "LATEST.md").write_text(report)
 
 
 if __name__ == "__main__":
