@@ -2,10 +2,10 @@
 
     python benchmarks/bench.py              # print the tables
     python benchmarks/bench.py --write      # also write benchmarks/LATEST.md
+    python benchmarks/bench.py --runs 3 --only basics
 
 benchmarks/RESULTS.md is the curated record: copy the tables there, with the
 session's `import jax` time, and say what changed.
-    python benchmarks/bench.py --runs 3 --only basics
 
 Wall times are the median of --runs runs of a fresh `python -m pytest`
 process (JAX import and compilation included: what a learner waits for).
