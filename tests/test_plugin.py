@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_pallas_hints import catalogue
+from pytest_pallas_hints import catalogue, compile_cache
 
 KIT = catalogue.load(Path(__file__).resolve().parent.parent)
 
@@ -337,6 +337,8 @@ def test_compiled_programs_are_kept_in_pytests_cache_folder_unless_it_is_off(kit
     kit.run("exercises/test_basics.py", "--reference", "-k", "add_one")
     assert not folder.exists()  # -p no:cacheprovider, as the grading workflow runs
     first = kit.run("exercises/test_basics.py", "--reference", "-k", "add_one", cache=True)
+    if not compile_cache._state["load_callbacks"]:
+        pytest.skip("this jaxlib takes Python callbacks only as capsules: none are kept")
     entries = sorted(folder.glob("*.xla"))
     second = kit.run("exercises/test_basics.py", "--reference", "-k", "add_one", cache=True)
     first.assert_outcomes(passed=2, skipped=1)
