@@ -38,7 +38,7 @@ from pathlib import Path
 FAST_CPU_OPTIONS = (("xla_cpu_use_fusion_emitters", False),)
 PRUNE_ABOVE, PRUNE_TO = 256 << 20, 128 << 20   # bytes kept in the cache folder
 
-_state = {"directory": None, "installed": False, "fast_options": True,
+_state = {"directory": None, "fast_options": True,
           "load_callbacks": True}  # False on a jaxlib that takes callbacks as capsules
 
 
@@ -46,18 +46,19 @@ def install(directory: Path | None) -> None:
     """From now on, compiles use the fast CPU options and the cache in
     ``directory`` (None: no cache). Safe to call again, e.g. by a second run in
     one process."""
-    _state["directory"] = Path(directory) if directory else None
-    if _state["directory"]:
-        _prune(_state["directory"])
-    if _state["installed"]:
-        return
+    global _state
     import inspect
 
     from jax._src import compiler
     from jax._src.lib import xla_client
 
     original = compiler.compile_or_get_cached
-    if hasattr(original, "pallas_hints"):  # wrapped by an earlier import of this module
+    if hasattr(original, "pallas_hints"):  # wrapped already, maybe by an earlier import
+        _state = original.pallas_hints     # of this module: share its state
+    _state["directory"] = Path(directory) if directory else None
+    if _state["directory"]:
+        _prune(_state["directory"])
+    if hasattr(original, "pallas_hints"):
         return
     expected = ["backend", "computation", "devices", "compile_options", "host_callbacks",
                 "executable_devices"]
@@ -76,9 +77,8 @@ def install(directory: Path | None) -> None:
     # jaxlib < 0.9 takes callbacks as capsules only: keep programs without them
     _state["load_callbacks"] = "Callable" in (xla_client.Client.deserialize_executable.__doc__
                                               or "Callable")
-    compile_or_get_cached.pallas_hints = True
+    compile_or_get_cached.pallas_hints = _state
     compiler.compile_or_get_cached = compile_or_get_cached
-    _state["installed"] = True
 
 
 def uninstall() -> None:
@@ -123,13 +123,7 @@ def passed_before(check: str, jaxpr) -> Path | None:
     (see ``record``), or None where nothing is kept."""
     if not _state["directory"]:
         return None
-    import jax
-    import jaxlib
-
-    key = hashlib.sha256(f"{check}\0{jax.__version__}\0{jaxlib.__version__}\0".encode())
-    for part in _describe(jaxpr):
-        key.update(part.encode() + b"\0")
-    return _state["directory"] / f"{key.hexdigest()}.passed"
+    return _state["directory"] / f"{_key(check, *_describe(jaxpr))}.passed"
 
 
 def record(mark: Path | None) -> None:
@@ -173,20 +167,25 @@ def _describe(x):
 def _entry(backend, computation, options) -> Path | None:
     """The cache file for this program, or None where it cannot be keyed."""
     try:
-        import jax
-        import jaxlib
         from jax._src.interpreters import mlir
 
-        text = mlir.module_to_string(computation, enable_debug_info=False)
-        key = hashlib.sha256()
-        for part in (jax.__version__, jaxlib.__version__, backend.platform,
-                     backend.platform_version, os.environ.get("XLA_FLAGS", "")):
-            key.update(part.encode() + b"\0")
-        key.update(options.SerializeAsString())
-        key.update(text.encode())
-        return _state["directory"] / f"{key.hexdigest()}.xla"
+        key = _key(backend.platform, backend.platform_version, os.environ.get("XLA_FLAGS", ""),
+                   options.SerializeAsString(),
+                   mlir.module_to_string(computation, enable_debug_info=False))
+        return _state["directory"] / f"{key}.xla"
     except Exception:
         return None
+
+
+def _key(*parts: str | bytes) -> str:
+    """A hash of the parts and of the JAX and jaxlib versions."""
+    import jax
+    import jaxlib
+
+    key = hashlib.sha256()
+    for part in (jax.__version__, jaxlib.__version__, *parts):
+        key.update((part.encode() if isinstance(part, str) else part) + b"\0")
+    return key.hexdigest()
 
 
 def _store(path: Path, backend, executable) -> None:

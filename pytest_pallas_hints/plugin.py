@@ -21,14 +21,13 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import sys
 import time
 import traceback
 from pathlib import Path
 
 import pytest
 
-from . import catalogue, chapters, diagnose, grading, scoreboard
+from . import catalogue, chapters, compile_cache, diagnose, grading, scoreboard
 
 HARDWARE_MARKS = ("tpu", "gpu")
 DEFAULT_TIMEOUT = 120.0
@@ -99,8 +98,7 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     chapters.configure("exercises")
-    if "pytest_pallas_hints.compile_cache" in sys.modules:
-        sys.modules["pytest_pallas_hints.compile_cache"].uninstall()
+    compile_cache.uninstall()
 
 
 @pytest.fixture
@@ -166,8 +164,6 @@ class PallasRun:
             self.platforms = runtime.platforms()
             runtime.use_interpret_mode("tpu" not in self.platforms)
             if "tpu" not in self.platforms:
-                from . import compile_cache
-
                 cache = getattr(self.config, "cache", None)  # None under -p no:cacheprovider
                 compile_cache.install(cache.mkdir("pallas-xla") if cache else None)
         kind = _hardware_mark(item)
