@@ -70,9 +70,10 @@ def add_one_tiled(x, *, bm=8):
     block of an array each run sees:
 
         pl.BlockSpec(block_shape, index_map)
-        # block_shape: (bm, D)
-        # index_map:   grid index i -> *block* index (not element offset),
-        #              here (i, 0): block row i, the only block column
+        # block_shape: the shape of one block, here bm full-width rows
+        # index_map:   a function of the grid index that returns, for each
+        #              dim of the array, a *block* index (Pallas multiplies
+        #              it by the block shape), never an element offset
 
         x (M=32, D)          grid=(4,)           o (M=32, D)
         ┌──────────┐                             ┌──────────┐
@@ -86,8 +87,13 @@ def add_one_tiled(x, *, bm=8):
     `out_specs=...` to pl.pallas_call. The kernel body does not change at
     all: reuse add_one_kernel as it is. It never knew how big the array was.
 
-    M need not be a multiple of bm: use pl.cdiv(M, bm) (ceil division) for
-    the grid; Pallas drops the writes of the last block that fall past the end.
+    To write an index map, ask: at grid step i, which block does this array
+    hand over, counted in blocks along each of its two dims? Here x and the
+    output are cut the same way, so one BlockSpec can serve both.
+
+    M need not be a multiple of bm. The grid then needs a step for the partial
+    last block too (pl.cdiv(a, b) is integer division rounded up); Pallas
+    drops the writes of that block that fall past the end of the array.
     """
     raise NotImplementedError
 
@@ -106,10 +112,12 @@ def reverse_blocks(x, *, bm=8):
 
         x:  [ b0 | b1 | b2 | b3 ]   ->   out: [ b3 | b2 | b1 | b0 ]
 
-    The kernel is copy_kernel: all the work is in the index maps. The grid
-    step that writes output block i should read input block n - 1 - i, where
-    n = M // bm. Nothing is computed; where the data goes is decided by the
-    index maps alone.
+    The kernel is copy_kernel: all the work is in the index maps. An index
+    map is an ordinary function of the grid index, and nothing forces it to
+    return i: the step that writes output block i may read any input block.
+    Which input block belongs at output position i? Count from the other end,
+    and remember that block indices start at 0. Nothing is computed; where
+    the data goes is decided by the index maps alone.
     """
     raise NotImplementedError
 
@@ -180,18 +188,24 @@ def column_sums_kernel(x_ref, o_ref, *, M):
 
     For an elementwise kernel that garbage never matters: its results land
     past the end of the output and are dropped. A sum mixes rows, so here the
-    garbage must be masked out first. Each row's global index is
+    garbage must be masked out first. The kernel only sees its block, so it
+    must work out where each of its rows sits in the whole of x, not in the
+    block, and keep only the rows that really exist.
 
-        bm = x_ref.shape[0]          # the block's own size: bm is not passed in
-        row = pl.program_id(0) * bm + jax.lax.broadcasted_iota(jnp.int32, x_ref.shape, 0)
+    New APIs to build positions inside a kernel:
 
-    (pl.program_id(0): this run's index along grid axis 0; broadcasted_iota:
-    0, 1, 2... along dim 0 of the given shape). Keep the rows whose index is < M.
+        pl.program_id(axis)      # this run's index along a grid axis; a traced
+                                 # int, only known while the kernel runs
+        jax.lax.broadcasted_iota(dtype, shape, dim)
+                                 # an array of `shape` that counts 0, 1, 2...
+                                 # along `dim` (and is constant along the others)
+        x_ref.shape              # the block's own shape: bm is not passed in
 
-    Mask with jnp.where(row < M, x, 0) rather than by multiplying with a 0/1
+    Select with jnp.where(condition, x, 0) rather than multiplying by a 0/1
     mask: on a TPU the garbage can be NaN or Inf, and NaN * 0 is NaN. (On a
     CPU, XLA rewrites a multiply by a converted boolean mask into a select,
-    so these tests cannot catch it; a TPU would.)
+    so these tests cannot catch it; a TPU would.) Then sum the rows, keeping
+    o_ref's (1, D) shape.
     """
     raise NotImplementedError
 
@@ -227,21 +241,22 @@ def row_sum_kernel(x_ref, o_ref):
     index does not change and copies it back to HBM only when it does, so
     o_ref can carry a running sum across the j steps:
 
-        j=0: o = 0;  o += sum(tile 0)     (the first step starts the sum)
-        j=1:         o += sum(tile 1)
-        j=2:         o += sum(tile 2)     then o goes back to HBM
+        first j step:  o = 0;  o += sum(tile)   (the first step starts the sum)
+        next j step:           o += sum(tile)
+        last j step:           o += sum(tile)   then o goes back to HBM
 
     A kernel cannot use a Python `if` on pl.program_id (its value only exists
     when the kernel runs); use a conditional block instead:
 
-        @pl.when(pl.program_id(1) == 0)
-        def _():
+        @pl.when(condition)               # condition: a traced bool, built
+        def _():                          # from pl.program_id and friends
             ...                           # runs only where the condition holds
 
-    Start every row's sum at zero, at j == 0 — for every i, not only the first.
-    The output buffer in VMEM is reused from one row block to the next: in
-    interpret mode it holds NaN only for the very first block, and afterwards
-    whatever the previous block left in it.
+    Which grid axis tells you that a row's sum is starting? Every row block
+    must start from zero, not only the first one: the output buffer in VMEM
+    is reused from one row block to the next, so in interpret mode it holds
+    NaN only for the very first block, and afterwards whatever the previous
+    block left in it.
     """
     raise NotImplementedError
 
@@ -252,12 +267,17 @@ def row_sum(x, *, bm=8, bn=128):
     Return shape [M]: the kernel writes an (M, 1) array (a (bm, 1) block is
     TPU-legal: 1 equals the array's last dim); drop the last dim after.
 
-    The order of grid axes matters: the reduction axis j must come last, so
-    that all j steps of one i run one after another. Tell the compiler with
-    compiler_params=pltpu.CompilerParams(
-        dimension_semantics=("parallel", "arbitrary"))
-    ("parallel": steps are independent and may be split across cores;
-    "arbitrary": steps must run in order, here because they accumulate).
+    The order of grid axes matters: the reduction axis must come last, so
+    that all the steps that add into one output block run one after another.
+    Its output BlockSpec must name the same block for all of those steps.
+
+    New here: tell the compiler which grid axes are independent,
+
+        compiler_params=pltpu.CompilerParams(dimension_semantics=(...))
+        # one string per grid axis, in grid order:
+        #   "parallel":  steps are independent and may be split across cores
+        #   "arbitrary": steps must run in order (they share state, such as
+        #                a running sum)
     """
     raise NotImplementedError
 
@@ -267,8 +287,8 @@ def row_sum(x, *, bm=8, bn=128):
 def bias_gelu_kernel(x_ref, b_ref, o_ref):
     """Store gelu(x + b) for this block: x_ref (bm, D), b_ref (1, D).
 
-    Compute in float32 (cast with .astype(jnp.float32)) and cast the result
-    back to o_ref.dtype: bf16 inputs, f32 math, bf16 output. The habit pays
+    Compute in float32 and round to the output's dtype only at the store:
+    bf16 inputs, f32 math, bf16 output (.astype converts). The habit pays
     off wherever values are combined (a sum, a matmul): bf16 keeps 8 bits of
     mantissa and would round after every step; and TPUs before v6 have no
     bf16 vector arithmetic anyway. jax.nn.gelu works inside a kernel (its
@@ -286,8 +306,9 @@ def bias_gelu(x, b, *, bm=8):
     is often the whole win.
 
     Every row block needs the same bias: give b the shape (1, D) and an index
-    map that returns block (0, 0) for every i. Pallas then copies it into
-    VMEM once and keeps it there, because its block index never changes.
+    map that names that one block at every step, whatever i is. Pallas then
+    copies it into VMEM once and keeps it there, because its block index
+    never changes.
     (Why 2-D? A TPU lays data out in (8, 128) tiles of the last two dims; a
     (1, D) block of a (1, D) array follows the rule "equal to the array's
     dims", and the kernel's (bm, D) + (1, D) broadcasts like NumPy.)
@@ -304,11 +325,14 @@ def outer_relu_dx_kernel(x_ref, y_ref, g_ref, dx_ref):
     """Accumulate dx for row block i over the column blocks j.
 
     x_ref (bm, 1), y_ref (1, bn), g_ref (bm, bn), dx_ref (bm, 1).
-    The forward was out = relu(x * y) (an outer product, then ReLU), so
+    The forward was out[m, n] = relu(x[m] * y[n]) (an outer product, then
+    ReLU), and g is the gradient arriving at out. By the chain rule, x[m]
+    collects from every out[m, n] it took part in: g there, times the ReLU's
+    slope (it lets gradient through only where its input was positive), times
+    the derivative of x[m] * y[n] with respect to x[m].
 
-        dx[m] = sum_n  g[m, n] * (x[m] * y[n] > 0) * y[n]
-
-    The ReLU lets gradient through only where its input was positive.
+    One tile holds bn of those terms for each of its bm rows; the column
+    blocks j add up over the grid, as in row_sum.
     """
     raise NotImplementedError
 
@@ -316,10 +340,12 @@ def outer_relu_dx_kernel(x_ref, y_ref, g_ref, dx_ref):
 def outer_relu_dy_kernel(x_ref, y_ref, g_ref, dy_ref):
     """Accumulate dy for column block j over the row blocks i.
 
-    dy[n] = sum_m  g[m, n] * (x[m] * y[n] > 0) * x[m];   dy_ref (1, bn).
+    The mirror image of dx: y[n] collects from every out[m, n], down a
+    column instead of along a row; dy_ref (1, bn).
 
-    The grid of this call is (j, i): the reduced axis i is pl.program_id(1),
-    and the index maps receive (j, i) in that order.
+    The grid of this call is (j, i), the reduced axis last as always: mind
+    which axis pl.program_id now reads, and that the index maps receive
+    (j, i) in that order.
     """
     raise NotImplementedError
 
@@ -332,7 +358,8 @@ def outer_relu_grad(x, y, g, *, bm=8, bn=128):
     two pallas_calls, one per output:
 
         dx: grid (i, j), j reduced        dy: grid (j, i), i reduced
-            out block (bm, 1) at (i, 0)       out block (1, bn) at (0, j)
+            out block (bm, 1),                out block (1, bn),
+            one per row block                 one per column block
 
     Everything here you have met: index maps per input (outer_add), an
     accumulator over the last grid axis (row_sum), an elementwise mask (tail)

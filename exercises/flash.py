@@ -82,9 +82,16 @@ def attention(q, k, v, *, causal=False, sm_scale=None):
                   2     ■ ■ ■ · · ·
                   3     ■ ■ ■ ■ · ·
 
-    K may be smaller than N (grouped-query attention, puzzle 8): the N // K query
-    heads of a group share one K/V head, consecutive heads together, so head n
-    reads K/V head n // (N // K). jnp.repeat(k, N // K, axis=1) lays K out that way.
+    K may be smaller than N (grouped-query attention, puzzle 8): the G = N // K
+    query heads of a group share one K/V head, consecutive heads together:
+
+        query head   0  1  2  3  4  5        N = 6, K = 2, G = 3
+        K/V head     0  0  0  1  1  1
+
+    Give every query head its K/V head before the einsum. jnp.repeat and
+    jnp.tile both copy along an axis, but in different orders (each entry r
+    times in place, or the whole axis r times): only one of them gives the
+    layout above.
 
     Compute in float32 (jnp.einsum(..., preferred_element_type=jnp.float32),
     jax.nn.softmax) and cast o back to q's dtype.
@@ -120,15 +127,15 @@ def online_softmax_step(m, l, acc, s, v):
     acc takes the same alpha. At the start m = -inf and l = acc = 0: then
     alpha = exp(-inf) = 0 and there is nothing to rescale.
 
-    The steps:
-        m_new = max(m, row max of s)        jnp.max(s, axis=-1, keepdims=True)
-        alpha = exp(m - m_new)
-        p     = exp(s - m_new)
-        l     = alpha * l + row sum of p
-        acc   = alpha * acc + p @ v
+    So one step: find the new max, rescale what l and acc hold so far, then
+    add this chunk's terms, taken against the new max. Reductions run over
+    the chunk's keys, the last axis; keep that axis (keepdims=True) so that m
+    and l stay [R, 1] and broadcast against s.
 
-    For p @ v write jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32):
-    a TPU's matrix unit multiplies bfloat16 inputs and accumulates in float32.
+    For the weighted sum of values, a TPU's matrix unit multiplies inputs in
+    v's dtype (bfloat16 in the later kernels) and can hand back float32 sums:
+    give jnp.dot operands of v's dtype and ask for preferred_element_type=
+    jnp.float32.
 
     Plain JAX, no kernel: online_attention below runs it chunk by chunk, and every
     kernel of this chapter calls it unchanged.
@@ -173,12 +180,16 @@ def one_head_kernel(q_ref, k_ref, v_ref, o_ref, *, sm_scale, block_kv):
                                               # a ref; start may be traced
         pl.multiple_of(start, block_kv)       # promises the compiler start is a
                                               # multiple of block_kv (aligned loads)
-        jnp.einsum("qh,kh->qk", q, k, preferred_element_type=jnp.float32)
-                                              # q k^T: contracts H, no transpose
+        jnp.einsum(subscripts, x, y, preferred_element_type=jnp.float32)
+                                              # one letter per dim; a letter left
+                                              # out of the output is summed over:
+                                              # contracting H of q and of k gives
+                                              # q k^T with no transpose
 
-    The carry is (m, l, acc): start it at -inf, 0, 0 in float32 with shapes
-    (block_q, 1), (block_q, 1), (block_q, H). Each step scores s = q k^T * sm_scale
-    and calls online_softmax_step. At the end store acc / l as o_ref.dtype.
+    The loop carry is online_attention's running state, for this q block's rows:
+    the same starting values, in float32. Each iteration scores one K/V block
+    against the queries (scaled by sm_scale) and folds it in with
+    online_softmax_step. After the loop, normalise and store in o_ref's dtype.
     """
     raise NotImplementedError
 
@@ -186,10 +197,11 @@ def one_head_kernel(q_ref, k_ref, v_ref, o_ref, *, sm_scale, block_kv):
 def flash_one_head(q, k, v, *, sm_scale=None, block_q=128, block_kv=128):
     """Single-head attention: q [T, H], k, v [S, H] -> [T, H], one program per q block.
 
-    grid = (T // block_q,): program i computes q block i with one_head_kernel.
-    q and o move in (block_q, H) blocks at (i, 0). K and V are passed whole:
-    block (S, H) at (0, 0) for every i. Their block index never changes, so the
-    pipeline copies them into VMEM once and keeps them there.
+    A 1-D grid, one program per q block: program i computes q block i with
+    one_head_kernel. q and o move in (block_q, H) blocks, one per program. K and
+    V are passed whole: a single (S, H) block, the same for every program.
+    Since their block index never changes, the pipeline copies them into VMEM
+    once and keeps them there.
 
         q (T, H)          K, V (S, H), whole                      o (T, H)
         ┌─────────┐                                             ┌─────────┐
@@ -200,8 +212,8 @@ def flash_one_head(q, k, v, *, sm_scale=None, block_q=128, block_kv=128):
     That works while S x H fits in VMEM; the next puzzle lifts the limit.
 
     Here T is a multiple of block_q and S of block_kv (puzzle 8 handles the rest).
-    sm_scale=None means 1 / sqrt(H). Bind the static options into the kernel with
-    functools.partial(one_head_kernel, sm_scale=..., block_kv=...).
+    sm_scale=None means 1 / sqrt(H). The kernel's keyword options are static
+    Python values: bind them into it with functools.partial.
     """
     raise NotImplementedError
 
@@ -225,14 +237,17 @@ def flash_kernel(q_ref, k_ref, v_ref, o_ref, m_scratch, l_scratch, acc_scratch, 
     (no room for m and l). Scratch buffers are VMEM the kernel owns for the whole
     grid, in any shape and dtype, never copied to HBM.
 
-    Three phases on the kv axis, pl.program_id(3):
+    Three phases along the kv axis, grid axis 3:
 
-        kv == 0      start    m = -inf, l = 0, acc = 0    (scratch starts as garbage)
-        every kv     fold     s = q k^T * sm_scale; online_softmax_step on the
-                              scratch values; write the new m, l, acc back
-        kv == last   finish   o = acc / l                 (last: pl.num_programs(3) - 1)
+        first kv step   start    the running state's starting values
+                                 (scratch starts as garbage)
+        every kv step   fold     score this K/V block; online_softmax_step on
+                                 the scratch values; write the new m, l, acc back
+        last kv step    finish   normalise, store o in o_ref's dtype
 
-    Name the phases: @pl.when(kv == 0) def start_q_block(): ...
+    The phases that do not run at every step are @pl.when blocks, as in
+    matmul.k_accumulate (pl.program_id, pl.num_programs). Name them after
+    what they do (start_q_block, finish_q_block): the kernel reads as the table.
     """
     raise NotImplementedError
 
@@ -243,22 +258,26 @@ def flash_grid(q, k, v, *, sm_scale=None, block_q=128, block_kv=128):
     The grid is (B, N, T // block_q, S // block_kv). For each batch b, head n and
     q block i, the kv axis, last and fastest, walks the K/V blocks:
 
-                      kv → 0       1       2
-        (b, n, i = 0)     fold ─▶ fold ─▶ fold, finish ─▶ o block (b, n, 0)
-        (b, n, i = 1)     start, fold ─▶ fold ─▶ ...   ─▶ o block (b, n, 1)
+                     kv → 0              1       2
+        (b, n, i = 0)     start, fold ─▶ fold ─▶ fold, finish ─▶ o block (b, n, 0)
+        (b, n, i = 1)     start, fold ─▶ fold ─▶ fold, finish ─▶ o block (b, n, 1)
 
-    BlockSpecs on 4-D arrays: None in a block shape squeezes that dim away, so
-        pl.BlockSpec((None, None, block_q, H), lambda b, n, i, kv: (b, n, i, 0))
-    gives the kernel a (block_q, H) ref. q and o follow (b, n, i); K and V follow
-    (b, n, kv). o's block index ignores kv, so the block stays in VMEM while kv
-    runs and is written back once, after the finish.
+    BlockSpecs on 4-D arrays: None in a block shape squeezes that dim away
+    (matmul.batched), so a (None, None, rows, H) block reaches the kernel as a
+    (rows, H) ref, while its index map still returns four block indices, one
+    per array dim. Ask of each array which grid indices pick its block: q and
+    o depend on the batch, the head and the q block, never on kv; K and V on
+    the batch, the head and the kv block. Because o's block index ignores kv,
+    the block stays in VMEM while kv runs and is written back once, after the
+    finish.
 
-    New here:
-        scratch_shapes=[pltpu.VMEM((block_q, 1), jnp.float32), ...]
-            # extra kernel arguments, after the outputs, in this order
-        compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"))
-            # kv carries state from step to step: "arbitrary" (in order)
+    New here (met in matmul, now with several buffers):
+        scratch_shapes=[pltpu.VMEM(shape, dtype), ...]
+            # one buffer per entry, passed to the kernel after the outputs,
+            # in list order: m, l, acc, with the shapes flash_kernel expects
+        compiler_params=pltpu.CompilerParams(dimension_semantics=(...))
+            # one string per grid axis: "parallel" for independent steps,
+            # "arbitrary" for an axis whose steps carry state to the next
 
     Traffic: q is fetched once per q block, K and V once per q block each:
     T // block_q reads of K and V, never T x S scores. A test counts the bytes.
@@ -283,17 +302,21 @@ def causal_kernel(q_ref, k_ref, v_ref, o_ref, m_scratch, l_scratch, acc_scratch,
         i = 3        ■   ■   ■   ◩
 
     Blocks above the diagonal hold no visible key, and skipping them halves the
-    work. A block is needed when its first key comes at or before its last query:
+    work. When is a block needed? Compare two positions in the sequence: the
+    first key of the K/V block and the last query of the q block (the grid
+    gives block indices; the block sizes turn them into positions, and
+    block_q need not equal block_kv). Run the fold under a pl.when of that test.
 
-        kv * block_kv <= (i + 1) * block_q - 1        (i = pl.program_id(2))
+    Inside the blocks you keep, the diagonal ones need a mask at the level of
+    single scores: give each score of the (block_q, block_kv) tile its query
+    position and its key position in the whole sequence, from the grid
+    indices, the block sizes (q_ref.shape, k_ref.shape) and
+    jax.lax.broadcasted_iota, as basics.tail did for rows; then hide the keys
+    a query must not see with jnp.where.
 
-    Run the fold under @pl.when(that). Inside, mask by global position:
-        row = i * block_q + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
-        col = kv * block_kv + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
-        s = jnp.where(col <= row, s, MASK_VALUE)
-    MASK_VALUE is a huge negative float, not -inf: exp(MASK_VALUE - m) is 0 all
-    the same, and a row with no visible key in a block cannot turn into
-    -inf - (-inf) = NaN.
+    Hide them with MASK_VALUE, a huge negative float, not -inf: exp(MASK_VALUE - m)
+    is 0 all the same, and a row with no visible key in a block cannot turn
+    into -inf - (-inf) = NaN.
 
     Start and finish stay outside that pl.when: q block 0 skips its last kv
     step, and its output must still be written then.
@@ -309,11 +332,11 @@ def flash_causal(q, k, v, *, sm_scale=None, block_q=128, block_kv=128):
     the K/V index maps still ask for block kv on skipped steps, every skipped
     step pays for a copy it never uses.
 
-    So clamp. The last K/V block that q block i needs is
-        last = ((i + 1) * block_q - 1) // block_kv
-    and the K and V index maps return min(kv, last). On skipped steps the index
-    stays at `last`, the block already in VMEM: nothing is copied. The K block
-    each step sees, 4 x 4 blocks:
+    So clamp. On the steps a q block skips, make the K and V index maps keep
+    naming the last K/V block this q block needs (the one that holds its last
+    query's position): the index does not change, that block is already in
+    VMEM, and nothing is copied. The K block each step sees, 4 x 4 blocks,
+    block_q == block_kv:
 
                 kv → 0   1   2   3
         i = 0        0   0   0   0        one copy for the whole row
@@ -321,10 +344,10 @@ def flash_causal(q, k, v, *, sm_scale=None, block_q=128, block_kv=128):
         i = 2        0   1   2   2
         i = 3        0   1   2   3
 
-    An index map receives traced integers, so take the minimum with jnp.minimum
-    (Python's min would need their values); // works on them as on ints. Index
-    maps longer than a lambda read better as small named functions:
-    def kv_index_map(b, n, i, kv): ...
+    An index map receives traced integers: clamp them with jnp.minimum or
+    jnp.maximum (Python's min and max would need their values); +, * and //
+    work on them as on ints. Index maps longer than a lambda read better as
+    small named functions: def kv_index_map(b, n, i, kv): ...
 
     Grid, q/o BlockSpecs and scratch as in flash_grid. T % block_q == 0 and
     S % block_kv == 0; when T < S, keys past the last query are never fetched.
@@ -341,17 +364,18 @@ def flash_fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, m_scratch, l_scratch, 
     Refs as in causal_kernel, plus the second output lse_ref (block_q, 1), float32.
     Static options: causal (bool) and kv_len (int, or None).
 
-    Why lse? The backward (puzzle 7) needs each tile's softmax weights
-    P = exp(s - lse) again. Storing P means T x S floats, the very matrix flash
-    attention avoids; storing lse = log(sum_j exp(s_j)) is one float per query,
-    and recovers P exactly. The running state already holds it:
-
-        l = sum_j exp(s_j - m)     so     lse = m + log(l)
+    Why lse? The backward (puzzle 7) needs each tile's softmax weights P
+    again. Storing P means T x S floats, the very matrix flash attention
+    avoids; storing lse = log(sum_j exp(s_j)), the log of the softmax's
+    denominator, is one float per query and recovers P exactly from a tile's
+    scores. The running state already holds lse, in two pieces: m, and
+    l = sum_j exp(s_j - m). Rewrite log(sum_j exp(s_j)) in terms of them.
 
     Why kv_len? flash_attention (puzzle 8) pads S up to a multiple of block_kv
     with zero keys. A zero key scores 0, and exp(0 - m) is not 0: padding would
-    take weight. Keys at or past kv_len are masked like hidden ones, col < kv_len.
-    kv_len=None means there is no padding.
+    take weight. Keys at or past position kv_len are padding: hide them in the
+    same jnp.where as hidden keys, causal or not (two boolean masks combine
+    with jnp.logical_and). kv_len=None means there is no padding.
 
     Python `if causal:` is fine here: causal and kv_len are static Python values,
     known when the kernel is traced (unlike pl.program_id, known only at run time).
@@ -369,16 +393,18 @@ def flash_forward(q, k, v, *, causal=False, sm_scale=None, block_q=128, block_kv
     the number of real keys) is passed to the kernel.
 
     lse holds one number per query row. Its block must obey the TPU's (8, 128)
-    rule too: a (block_q,) block of a [B, N, T] array breaks it. Store lse as a
-    [B, N, T, 1] array in (None, None, block_q, 1) blocks: block_q is a multiple
-    of 8 and 1 is the whole last dim. Return lse[..., 0]. (JAX's own flash kernel
-    broadcasts it to 128 lanes instead: faster stores, 128 times the bytes.)
+    rule too: a (block_q,) block of a [B, N, T] array breaks it. So the kernel
+    writes lse as a [B, N, T, 1] array, whose blocks squeeze B and N and keep
+    (block_q, 1): block_q is a multiple of 8 and 1 is the whole last dim. Those
+    rows belong to the q block, like o's. Drop the trailing dim before
+    returning. (JAX's own flash kernel broadcasts lse to 128 lanes instead:
+    faster stores, 128 times the bytes.)
 
     Several outputs: out_shape and out_specs become lists, and the kernel gets
     one ref per output, in that order, before the scratch refs.
 
     K and V index maps as in flash_causal when causal (clamped), else as in
-    flash_grid.
+    flash_grid: `causal` is a Python bool, so an index map may branch on it.
     """
     raise NotImplementedError
 
@@ -392,16 +418,17 @@ def flash_dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dq_
     q_ref, do_ref (block_q, H); k_ref, v_ref (block_kv, H); lse_ref, delta_ref
     (block_q, 1) float32; dq_ref (block_q, H); dq_scratch (block_q, H) float32.
 
-    For each K/V block (the math is in flash_backward's docstring):
+    For each K/V block, follow the math of flash_backward's docstring: recompute
+    this tile's scores exactly as the forward did (scaled, and masked the same
+    way, with MASK_VALUE), turn them back into the forward's softmax weights
+    with lse (no running max or sum needed: lse already normalises), then walk
+    the chain rule down to this block's share of dQ. delta arrives ready-made.
+    Products go through the MXU as in the forward: operands in the inputs'
+    dtype, float32 results.
 
-        s   = q k^T * sm_scale, masked exactly as in the forward (MASK_VALUE)
-        p   = exp(s - lse)               the forward's softmax weights, recomputed
-        dp  = dO v^T
-        ds  = p * (dp - delta)
-        dQ += ds k * sm_scale
-
-    Phases as in the forward: zero dq_scratch at kv == 0, accumulate on the blocks
-    that are needed (causal: skip those above the diagonal), store at the last kv.
+    Phases as in the forward: start the float32 accumulator before the first kv
+    step, add on the blocks that are needed (causal: the forward's skip), store
+    in dq's dtype after the last kv step.
     """
     raise NotImplementedError
 
@@ -411,20 +438,21 @@ def flash_dkv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv
     """dK and dV for one K/V block, accumulated over every query that sees it.
 
     Grid (B, K, S // block_kv, G, T // block_q), G = N // K: program
-    (b, h, kv, g, i) adds the contribution of query head h * G + g, q block i, to
-    K/V block kv of head h. Until puzzle 8, K == N and G == 1: the g axis has one
-    step, and is there so that puzzle 8 needs no new kernel.
+    (b, h, kv, g, i) adds the contribution of q block i of the g-th query head
+    in K/V head h's group to K/V block kv of head h. Until puzzle 8, K == N and
+    G == 1: the g axis has one step, and is there so that puzzle 8 needs no new
+    kernel.
 
     Refs as in flash_dq_kernel, with the outputs dk_ref, dv_ref (block_kv, H) and
-    float32 scratch dk_scratch, dv_scratch (block_kv, H). With p and ds as there:
+    float32 scratch dk_scratch, dv_scratch (block_kv, H). The same p and ds as
+    there, now summed the other way, over queries: flash_backward's dV and dK
+    lines, for this K/V block. A tile's transpose is .T.
 
-        dV += p^T dO                 jnp.dot(p.astype(do.dtype).T, do, ...)
-        dK += ds^T q * sm_scale
-
-    The reduction runs over (g, i): zero the scratch when g == 0 and i == 0; store
-    when both are at their last step (pl.num_programs(3) - 1, pl.num_programs(4) - 1).
-    Causal: a block pair is needed under the same condition as in the forward,
-    kv * block_kv <= (i + 1) * block_q - 1.
+    The reduction runs over two grid axes, g and i: start the accumulators
+    before the first step of both, store after the last step of both. A
+    pl.when condition is a traced bool, so combine two of them with &
+    (Python's `and` would need their values), each comparison in parentheses.
+    Causal: the same (q block, K/V block) pairs are skipped as in the forward.
     """
     raise NotImplementedError
 
@@ -434,7 +462,8 @@ def flash_backward(q, k, v, o, lse, do, *, causal=False, sm_scale=None, block_q=
     """The gradients (dq, dk, dv) of o = flash_forward(q, k, v)[0] for the cotangent do.
 
     Shapes: q, o, do [B, N, T, H]; k, v [B, K, S, H] (K == N until puzzle 8);
-    lse [B, N, T]. Returns dq like q, dk like k, dv like v.
+    lse [B, N, T] float32, as flash_forward returns it. Returns dq like q, dk
+    like k, dv like v.
 
     The math, for one query row (c = sm_scale):
 
@@ -447,28 +476,38 @@ def flash_backward(q, k, v, o, lse, do, *, causal=False, sm_scale=None, block_q=
 
     Where delta comes from: softmax's Jacobian is dp_j/ds_i = p_j (1[i == j] - p_i),
     so dS_j = p_j (dP_j - sum_i p_i dP_i), and sum_i p_i dP_i = dO . sum_i p_i v_i
-    = dO . o. One number per query row: compute it here, once, in plain JAX, as
-    delta = sum(do * o, axis=-1) in float32, shaped [B, N, T, 1] like lse.
+    = dO . o. One number per query row: compute it here, once, in plain JAX and
+    in float32, before the kernels.
+
+    Per-row values travel as the forward's lse did inside flash_forward: the
+    kernels read lse_ref and delta_ref as (block_q, 1) blocks of [B, N, T, 1]
+    arrays (the TPU's (8, 128) rule again). lse arrives as [B, N, T]: reshape
+    it to [B, N, T, 1] before the calls, and build delta as [B, N, T, 1] too.
 
     Two reductions over two different axes, so two pallas_calls (as in
-    basics.outer_relu_grad), each recomputing p = exp(s - lse) instead of storing
-    it: the flash trade, more arithmetic for much less memory.
+    basics.outer_relu_grad), each recomputing p from the scores and lse instead
+    of storing it: the flash trade, more arithmetic for much less memory.
 
         dQ       grid (B, N, T // block_q, S // block_kv)    reduce over kv
         dK, dV   grid (B, K, S // block_kv, G, T // block_q) reduce over (g, i)
 
-    In the dQ call, q, dO, lse and delta follow (b, n, i) and K, V follow
-    (b, n, kv), clamped when causal as in the forward. In the dK/dV call, K, V,
-    dK and dV follow (b, h, kv); q, dO, lse and delta follow (b, h * G + g, i).
-    Causal: K/V block kv is first seen by q block kv * block_kv // block_q, so
-    clamp i from below, i = jnp.maximum(i, first): the skipped steps then fetch
-    nothing. When S > T that first block can lie past the last q block (keys no
-    query sees), so cap it too: first = jnp.minimum(kv * block_kv // block_q,
-    T // block_q - 1).
+    Index maps. In the dQ call, everything per query (q, dO, lse, delta, dQ)
+    goes with the q block and K, V with the kv block, exactly as in
+    flash_forward, clamp included when causal. In the dK/dV call the roles
+    swap: K, V, dK and dV go with the kv block of K/V head h, and q, dO, lse
+    and delta with q block i of the query head that is member g of head h's
+    group (with G == 1, head h itself).
+
+    Causal, dK/dV call: for K/V block kv the early q blocks, those before the
+    first one that can see its first key, are skipped. Mirror the forward's
+    trick from the other side: on those steps keep the q-side index maps
+    naming that first needed q block (a clamp from below), so nothing is
+    fetched. Careful when S > T: for keys past the last query, that first q
+    block would lie past the end of q, and an index map must always name a
+    real block.
 
     Grid axes: the reduction axes come last and are "arbitrary", the others
-    "parallel": dimension_semantics ("parallel",) * 3 + ("arbitrary",) for the
-    dQ call, ("parallel",) * 3 + ("arbitrary", "arbitrary") for dK/dV.
+    "parallel".
     """
     raise NotImplementedError
 
@@ -513,16 +552,18 @@ def flash_attention(q, k, v, *, causal=False, sm_scale=None, block_q=128, block_
     query heads of a group share one K/V head, consecutive heads together:
 
         query head n   0  1  2  3  4  5  6  7        N = 8, K = 2, G = 4
-        K/V head       0  0  0  0  1  1  1  1        n // G
+        K/V head       0  0  0  0  1  1  1  1
 
     Only the index maps change. Not one line of any kernel: a kernel never knew
     which head its blocks came from.
       * flash_forward, and the dQ call of flash_backward: the K and V index maps
-        return head n // G where they returned n.
+        must name the K/V head that query head n reads (the table above), no
+        longer n itself.
       * the dK/dV call: its grid (B, K, S // block_kv, G, T // block_q) already
-        has the group axis g; the q, dO, lse and delta index maps return query
-        head h * G + g. dK and dV then sum over the group's G heads by
-        themselves, because the scratch accumulates across g as well as i.
+        has the group axis g; the q, dO, lse and delta index maps must name the
+        query head that is member g of K/V head h's group. dK and dV then sum
+        over the group's G heads by themselves, because the scratch
+        accumulates across g as well as i.
     Go back to flash_forward and flash_backward for that (with K == N, G == 1,
     and puzzles 6 and 7 keep passing).
 
@@ -531,12 +572,14 @@ def flash_attention(q, k, v, *, causal=False, sm_scale=None, block_q=128, block_
          what was expected: 4-D shapes, k and v alike, B and H as in q,
          N % K == 0, one floating dtype, block sizes positive multiples of 8.
       2. sm_scale = 1 / sqrt(H) when None.
-      3. Whole blocks only: shrink a block longer than its sequence,
-         block_q = min(block_q, T rounded up to a multiple of 8) (block_kv with S
-         likewise), then pad T and S with zeros (jnp.pad) up to multiples of the
-         blocks. Padded keys are masked: pass kv_len=S when S was padded. Padded
-         queries are cut off the output, so their gradient is zero.
-      4. o = flash_core(...) on the padded arrays; return o[:, :, :T]. jnp.pad
-         and slicing differentiate themselves: jax.grad just works.
+      3. Whole blocks only. A block longer than its sequence shrinks to the
+         sequence length rounded up to a multiple of 8 (the sublane rule); then
+         T and S are padded with zeros (jnp.pad) up to multiples of the blocks.
+         Padded keys must take no weight: whenever S was padded, tell the
+         kernels how many keys are real (kv_len). Padded queries are cut off
+         the output, so their gradient is zero.
+      4. Run flash_core on the padded arrays and cut o back to the T real
+         queries. jnp.pad and slicing differentiate themselves: jax.grad just
+         works.
     """
     raise NotImplementedError

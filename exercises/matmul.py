@@ -83,24 +83,25 @@ def matmul_one_block(a, b):
 def matmul_kernel(a_ref, b_ref, o_ref, acc_ref, *, k_axis=2):
     """Add a_ref @ b_ref to the running sum of this output tile; store it at the end.
 
-    a_ref (bm, bk): block (i, k) of a;  b_ref (bk, bn): block (k, j) of b;
-    o_ref (bm, bn): output tile (i, j);  acc_ref (bm, bn) float32: a scratch.
+    a_ref (bm, bk): this tile's rows of a, this step's slice of K;
+    b_ref (bk, bn): this step's slice of K, this tile's columns of b;
+    o_ref (bm, bn): the output tile;  acc_ref (bm, bn) float32: a scratch.
     k_axis: the grid axis that walks K (2 in the (i, j, k) grid; puzzle 4 puts
-    a batch axis in front and binds k_axis=3). Read k = pl.program_id(k_axis).
+    a batch axis in front and binds another value). Never hard-code the axis:
+    ask pl.program_id for the step along k_axis.
 
     The grid visits all k steps of one tile one after another, so the tile's
     sum can live in VMEM while they run:
 
-        k = 0:       acc = 0;  acc += a[i, 0] @ b[0, j]
-        k = 1:                 acc += a[i, 1] @ b[1, j]
-        k = nk - 1:            acc += a[i, nk-1] @ b[nk-1, j];  o = acc
+        first k step:   acc = 0;  acc += a[i, 0] @ b[0, j]
+        next k step:              acc += a[i, 1] @ b[1, j]
+        ...
+        last k step:              acc += a[i, last] @ b[last, j];  o = acc
 
-    with nk = pl.num_programs(k_axis), the number of k steps. Each phase is a
-    conditional block, as in basics.row_sum:
-
-        @pl.when(k == 0)
-        def start_tile():
-            ...
+    Each phase that does not run at every step is a conditional block
+    (@pl.when, as in basics.row_sum). New here: pl.num_programs(axis), the
+    number of grid steps along an axis, a traced int like pl.program_id(axis);
+    with it the kernel can tell which step is its last.
 
     Why a scratch and not o_ref? basics.row_sum summed straight into its
     output block, and for an f32 output that works. But outputs are often
@@ -108,8 +109,14 @@ def matmul_kernel(a_ref, b_ref, o_ref, acc_ref, *, k_axis=2):
     shows how much). A scratch is VMEM the kernel owns: pallas_call allocates
     it (scratch_shapes), passes it after the outputs, keeps its contents from
     one grid step to the next, and never copies it to or from HBM. Keep the
-    sum in acc_ref, float32, and store it once, cast to the output's dtype:
-    o_ref[...] = acc_ref[...].astype(o_ref.dtype).
+    sum in acc_ref, float32, and write o_ref once, when the sum is complete,
+    converted to the output's dtype.
+
+    New here too: what the dot returns. jnp.dot of two bf16 blocks returns bf16
+    unless you ask otherwise, and a TPU's MXU always adds up a matmul in 32
+    bits: jnp.dot(x, y, preferred_element_type=jnp.float32) asks for those f32
+    sums as they are (no kernel that asks the MXU for bf16 partial sums even
+    compiles for a TPU). One of the tests runs bf16 inputs.
 
     Interpret mode fills the scratch with NaN: zero it before the first add.
     """
@@ -119,8 +126,9 @@ def matmul_kernel(a_ref, b_ref, o_ref, acc_ref, *, k_axis=2):
 def matmul_tiled(a, b, *, bm=128, bk=128, bn=128):
     """a @ b for a [M, K] and b [K, N], tile by tile: bk must divide K.
 
-    The grid has three axes, (i, j, k) = (M/bm, N/bn, K/bk), K last: the last
-    axis moves fastest, so all k steps of one output tile run back to back.
+    The grid has three axes, (i, j, k): one step per row block, per column
+    block and per K block, K last. The last axis moves fastest, so all k
+    steps of one output tile run back to back.
 
         step:  (0,0,0) (0,0,1) (0,0,2) │ (0,1,0) (0,1,1) (0,1,2) │ (1,0,0) ...
                └─ output tile (0,0) ─┘   └─ output tile (0,1) ─┘
@@ -128,24 +136,27 @@ def matmul_tiled(a, b, *, bm=128, bk=128, bn=128):
                add     add     add       add     add     add
                                store                     store
 
-    Three BlockSpecs, one index map each (the maps take (i, j, k)):
+    Three BlockSpecs: a in (bm, bk) blocks, b in (bk, bn) blocks, the output
+    in (bm, bn) tiles. Each index map receives all three grid indices
+    (i, j, k) and uses the ones its array depends on. Read them off the
+    chapter's picture: at step (i, j, k), which block of a and which block
+    of b make up the k-th term of o[i, j]? And which output tile is being
+    summed? It must stay the same while k runs: then Pallas keeps that tile
+    in VMEM and writes it to HBM once, when (i, j) moves on.
 
-        a: block (bm, bk) at (i, k)    row block i, K step k
-        b: block (bk, bn) at (k, j)    K step k, column block j
-        o: block (bm, bn) at (i, j)    the same tile for every k
+    New here:
 
-    Because o's block index does not change while k runs, Pallas keeps that
-    tile in VMEM and writes it to HBM once, when (i, j) moves on.
+        scratch_shapes=[pltpu.VMEM(shape, dtype), ...]
+            # one VMEM buffer per entry, allocated by pallas_call and passed
+            # to the kernel after the outputs: here matmul_kernel's acc_ref
+        compiler_params=pltpu.CompilerParams(dimension_semantics=(...))
+            # as in basics.row_sum, one string per grid axis: "parallel" where
+            # the steps are independent, "arbitrary" where they depend on one
+            # another (here through acc_ref)
 
-    The scratch: scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)] gives the
-    kernel its acc_ref. And tell the compiler which axes may be split across
-    cores: compiler_params=pltpu.CompilerParams(
-        dimension_semantics=("parallel", "parallel", "arbitrary"))
-    (K is "arbitrary": its steps depend on one another through acc_ref).
-
-    M and N need not be multiples of bm and bn: use pl.cdiv for those grid
-    axes. Rows of a past M only produce output rows past M, which Pallas
-    drops. K is different (see puzzle 3).
+    M and N need not be multiples of bm and bn: round those grid axes up
+    (pl.cdiv). Rows of a past M only produce output rows past M, which Pallas
+    drops. K is different (see puzzle 3): here bk divides K.
     """
     raise NotImplementedError
 
@@ -165,12 +176,13 @@ def matmul(a, b, *, bm=128, bk=128, bn=128):
 
            bf16 in  ->  MXU products in f32  ->  sum in f32  ->  bf16 out, once
 
-       Come back to matmul_kernel for it:
+       matmul_kernel from puzzle 2 already follows it:
        - jnp.dot(x, y, preferred_element_type=jnp.float32) asks the MXU for
-         f32 results. Without it, jnp.dot of two bf16 blocks returns bf16: on a
-         TPU every k step's product is rounded before you add it.
+         its f32 sums. Without it, jnp.dot of two bf16 blocks returns bf16:
+         interpret mode rounds every k step's product before you add it, and
+         the TPU compiler refuses the kernel outright;
        - acc_ref stays float32, whatever the inputs;
-       - the only rounding is the store, acc_ref[...].astype(o_ref.dtype).
+       - the only rounding to the output's dtype is the final store.
 
     2. Any shape. matmul_tiled needs legal blocks and a bk that divides K:
        - A block dim must be a multiple of the TPU tile or equal the whole dim:
@@ -200,27 +212,28 @@ def matmul(a, b, *, bm=128, bk=128, bn=128):
 def batched_matmul(a, b, *, bm=128, bk=128, bn=128):
     """a @ b for each batch: a [B, M, K], b [B, K, N] -> [B, M, N]; bk divides K.
 
-    One more grid axis, in front: (B, M/bm, N/bn, K/bk), K still last. Every
-    BlockSpec gains a batch dim, and here is the trick: a None in a block
-    shape means "one element along this dim, and squeeze it away". The kernel
-    then sees exactly the 2-D blocks of puzzle 2:
+    One more grid axis, in front of (i, j, k): one step per batch, K still
+    last. Every BlockSpec gains a batch dim, and here is the trick: a None in
+    a block shape means "one element along this dim, and squeeze it away".
+    The kernel then sees exactly the 2-D blocks of puzzle 2:
 
-        pl.BlockSpec((None, bm, bk), lambda batch, i, j, k: (batch, i, k))
-        #             ^ block size 1 along B, removed inside the kernel
-        # the index map still returns one index per array dim, batch first
+        pl.BlockSpec((None, rows, cols), index_map)
+        #             ^ block size 1 along dim 0, removed inside the kernel
+        # the index map receives every grid index and still returns one
+        # block index per *array* dim, the squeezed one included
 
               a [B, M, K]                       kernel sees
         batch 0 ┌──────┬──────┐
-                │(i, k)│      │ ── (None, bm, bk) ──▶  a_ref (bm, bk)
+                │block │      │ ── (None, bm, bk) ──▶  a_ref (bm, bk)
                 └──────┴──────┘
         batch 1 ┌──────┬──────┐
                 │      │      │
                 └──────┴──────┘
 
     So the kernel body does not change at all: it is matmul_kernel, reused as
-    it is! Only its k_axis moves, because K is now grid axis 3; bind it with
-    functools.partial(matmul_kernel, k_axis=3). The scratch stays (bm, bn).
-    The batch axis is independent work: mark it "parallel", as i and j.
+    it is! Only its k_axis moves, because the batch axis pushed K one place
+    further back; bind the new value with functools.partial. The scratch
+    stays (bm, bn). The batch axis is independent work, like i and j.
     """
     raise NotImplementedError
 
@@ -233,9 +246,9 @@ def matmul_bias_gelu_kernel(a_ref, b_ref, bias_ref, o_ref, acc_ref):
     a_ref (bm, bk), b_ref (bk, bn), bias_ref (1, bn), o_ref (bm, bn),
     acc_ref (bm, bn) float32. K is grid axis 2.
 
-        k = 0:       acc = 0
-        every k:     acc += a_ref @ b_ref           (as matmul_kernel)
-        k = nk - 1:  o = gelu(acc + bias)           the epilogue, once per tile
+        first k step:  acc = 0
+        every k step:  acc += a_ref @ b_ref         (as matmul_kernel)
+        last k step:   o = gelu(acc + bias)         the epilogue, once per tile
 
     The epilogue runs in f32 on the finished sum: adding the bias at every k
     step would add it nk times. Cast only the final value to o_ref.dtype.
@@ -253,10 +266,10 @@ def matmul_bias_gelu(a, b, bias, *, bm=128, bk=128, bn=128):
     values. Fused, the epilogue costs no memory traffic at all: the tile is
     already in VMEM (in acc_ref) when the sum is done.
 
-    The call is matmul_tiled's, with one more input: the bias, as (1, N),
-    with block (1, bn). Every output tile (i, j) needs the bias of its
-    columns, so the bias follows j alone: index map (0, j), as y followed the
-    columns in basics.outer_add.
+    The call is matmul_tiled's, with one more input: the bias, as a (1, N)
+    array in (1, bn) blocks. Every output tile (i, j) needs the bias of its
+    own columns, whatever its rows and whatever the K step: which grid index
+    must the bias's index map follow? (basics.outer_add asked the same of y.)
     """
     raise NotImplementedError
 
@@ -269,40 +282,39 @@ def choose_blocks(M, K, N, *, itemsize, vmem_bytes):
     itemsize: bytes per element of a, b and the output (4 for f32, 2 for bf16).
     vmem_bytes: the VMEM the kernel's buffers may use.
 
-    Why block size is the whole game: each (i, j, k) step fetches a (bm, bk)
-    block of a and a (bk, bn) block of b. Along the way, all of a is read once
-    per column block and all of b once per row block:
+    Why block size is the whole game. Walk matmul_tiled's grid (i, j, k), K
+    last: each step needs a (bm, bk) block of a and a (bk, bn) block of b,
+    and the pipeline copies a block from HBM whenever its block index differs
+    from the previous step's. Count what that costs over the whole grid: how
+    many times does all of a pass from HBM into VMEM? All of b? (Each output
+    tile is written once.) You will find that bigger bm and bn mean fewer
+    bytes, while the MXU does 2*M*K*N flops whatever the blocks. Flops per
+    byte, the arithmetic intensity, is what the blocks decide. A TPU v5e does
+    ~240 bf16 flops in the time HBM delivers one byte, so with small blocks
+    the MXU sits waiting.
 
-        bytes = itemsize * (M*K * N/bn  +  K*N * M/bm  +  M*N)
-                            a, N/bn times  b, M/bm times  o once
+    bk barely enters the count: it mostly costs VMEM. But look again at
+    consecutive steps when a single K block covers all of K: as j moves, does
+    a's block index still change? And b's, if in addition there is a single
+    column block? A block whose index stays put is not fetched again.
 
-    while the MXU does 2*M*K*N flops whatever the blocks. Flops per byte, the
-    arithmetic intensity, is about 2 / (itemsize * (1/bm + 1/bn)): bigger bm
-    and bn, fewer bytes per flop. A TPU v5e does ~240 bf16 flops in the time
-    HBM delivers one byte, so with small blocks the MXU sits waiting.
-
-    bk is absent from that formula: it only costs VMEM. One exception: when
-    bk == K, a's block index (i, 0) does not change as j moves, so Pallas
-    keeps it in VMEM and a is read once. (And when bk == K and bn == N, b's
-    single block stays too.) Exactly:
-
-        a_reads = 1 if bk == K else N // bn
-        b_reads = 1 if bk == K and bn == N else M // bm
+        moved bytes = itemsize * (elements of a * times a is read
+                                  + elements of b * times b is read
+                                  + elements of the output)
 
     The rules for a legal choice:
-    - bm divides M and is a multiple of max(8, 32 // itemsize) (8 rows for
-      f32, 16 for bf16), or bm == M;
+    - bm divides M and is a multiple of the rows in one vreg tile (8 for
+      4-byte items, 16 for 2-byte, 32 for 1-byte), or bm == M;
     - bk divides K and is a multiple of 128, or bk == K;
     - bn divides N and is a multiple of 128, or bn == N;
-    - VMEM used <= vmem_bytes, where Pallas double-buffers every block (one in
-      use, the next arriving) and the accumulator is f32:
-
-        vmem = 2 * itemsize * (bm*bk + bk*bn + bm*bn) + 4 * bm*bn
+    - VMEM used <= vmem_bytes, counted as Pallas uses it: every block of a, b
+      and the output is double-buffered (two copies: one in use, the next
+      arriving), plus the accumulator, a single (bm, bn) float32 buffer.
 
     There are few legal blocks (divisors of each dim), so trying them all is
     a fine algorithm (itertools.product). Among choices that move equally
     few bytes, any will do (fewer, larger grid steps are a little faster on
     hardware). The tests also run your blocks in matmul_tiled (puzzle 2) and
-    check with moved_bytes that the model matches what the kernel moves.
+    count the bytes it really moves: they must be what your model said.
     """
     raise NotImplementedError

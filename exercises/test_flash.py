@@ -10,19 +10,49 @@ divide, bfloat16), then checks that the kernels would compile for a real TPU.
 Two tests count the bytes your kernels move between HBM and VMEM. Tests
 marked `tpu` run realistic sizes on a real TPU and are skipped elsewhere.
 """
+import functools
 import math
 
 import jax
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (chapter, check, check_traffic, lowers_for_tpu,
-                                 moved_bytes, run, run_jax)
+from pytest_pallas_hints import (Structure, chapter, check, check_structure, check_traffic,
+                                 check_work, fail, lowers_for_tpu, measure, run_jax)
 
 flash = chapter("flash")
 
 puzzle = pytest.mark.puzzle
 on_tpu = pytest.mark.tpu
+
+# What each lesson requires of your program, checked from its trace: your own
+# kernels compute the scores and the softmax; nothing but reshapes happens
+# around them unless listed in `outside`.
+ATTENTION = Structure(inside={"dot_general", "exp"})
+# The backward's row term delta = sum(dO * O) may be computed around the kernels.
+DELTA = {"mul", "reduce_sum", "broadcast_in_dim", "convert_element_type", "slice"}
+
+
+def visible_blocks(T, S, block_q, block_kv, causal=True):
+    """(i, j) of every (q block, kv block) pair a kernel must compute: with causal,
+    those whose first key is at or before the q block's last query."""
+    return [(i, j) for i in range(T // block_q) for j in range(S // block_kv)
+            if not causal or j * block_kv <= (i + 1) * block_q - 1]
+
+
+def kv_fetches(T, S, block_q, block_kv, causal=True):
+    """K (or V) blocks one head fetches over its (q, kv) steps when the kv index map
+    is clamped to the last block a q block needs: a block is fetched whenever the
+    index differs from the previous step's."""
+    last = [((i + 1) * block_q - 1) // block_kv if causal else S // block_kv - 1
+            for i in range(T // block_q)]
+    seq = [min(j, last[i]) for i in range(T // block_q) for j in range(S // block_kv)]
+    return 1 + sum(a != b for a, b in zip(seq, seq[1:]))
+
+
+def dot_flops(blocks, dots, block_q, block_kv, H):
+    """Flops of `dots` (block_q x H) @ (H x block_kv)-sized dots in each of `blocks`."""
+    return blocks * dots * 2 * block_q * block_kv * H
 
 
 # --- attention in float64 NumPy: the expected values -------------------------
@@ -69,6 +99,13 @@ def attention_grads(q, k, v, do, *, delta=True, **options):
     return ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, np.swapaxes(p, -1, -2) @ do
 
 
+def strided_group(x, K):
+    """[B, N, S, H] -> [B, K, S, H] summed over heads h, h + K, h + 2K...: query head
+    h + g * K taken for group h, the layout of n % K, not n // (N // K)."""
+    B, N, S, H = x.shape
+    return x.reshape(B, N // K, K, S, H).sum(axis=1)
+
+
 def per_group(x, K):
     """[B, N, S, H] per query head -> [B, K, S, H], summed over each group's heads."""
     B, N, S, H = x.shape
@@ -89,10 +126,10 @@ def with_grads(q, k, v, do, *, attend, **static):
 # 1 -------------------------------------------------------------------------
 @puzzle("flash.dense")
 @pytest.mark.parametrize("B, N, K, T, S, H, causal, dtype", [
-    pytest.param(1, 4, 2, 48, 80, 32, True, "float32", id="B=1 N=4 K=2 T=48 S=80 H=32 tril"),
+    pytest.param(1, 4, 2, 48, 80, 32, True, "float32", id="B=1 N=4 K=2 T=48 S=80 H=32 keys j<=i"),
     pytest.param(2, 2, 2, 1, 1, 8, False, "bfloat16", id="B=2 N=K=2 T=S=1 H=8 bf16 (one token)"),
     pytest.param(4, 16, 4, 2048, 2048, 128, True, "bfloat16",
-                 id="B=4 N=16 K=4 T=S=2048 bf16 tril-tpu", marks=on_tpu),
+                 id="B=4 N=16 K=4 T=S=2048 bf16 keys j<=i-tpu", marks=on_tpu),
 ])
 def test_dense(B, N, K, T, S, H, causal, dtype, rng):
     q, k, v = inputs(rng, B, N, K, T, S, H, dtype)
@@ -129,7 +166,7 @@ def online_variants(q, k, v, block_kv, *, rescale_l, rescale_acc):
 @puzzle("flash.online")
 @pytest.mark.parametrize("T, S, H, block_kv", [
     pytest.param(64, 384, 32, 128, id="T=64 S=384 H=32 block_kv=128"),
-    pytest.param(16, 300, 32, 128, id="T=16 S=300 block_kv=128 (last chunk: 44 keys)"),
+    pytest.param(16, 257, 32, 128, id="T=16 S=257 block_kv=128 (last chunk: 1 key)"),
     pytest.param(1024, 8192, 128, 512, id="T=1024 S=8192 block_kv=512-tpu", marks=on_tpu),
 ])
 def test_online(T, S, H, block_kv, rng):
@@ -157,6 +194,7 @@ def test_online(T, S, H, block_kv, rng):
 @pytest.mark.parametrize("T, S, H, block_q, block_kv", [
     pytest.param(128, 384, 64, 128, 128, id="T=128 S=384 H=64 block_q=block_kv=128"),
     pytest.param(128, 128, 128, 128, 128, id="T=S=128 H=128 (one block each)"),
+    pytest.param(128, 256, 64, 64, 128, id="T=128 S=256 block_q=64 block_kv=128"),
     pytest.param(2048, 4096, 128, 256, 512, id="T=2048 S=4096 H=128-tpu", marks=on_tpu),
 ])
 def test_kv_loop(T, S, H, block_q, block_kv, rng):
@@ -174,12 +212,16 @@ def test_kv_loop(T, S, H, block_q, block_kv, rng):
         kv = slice(0, block_kv)
         return attention(q[one], k[kv][one], v[kv][one])[0][0, 0].astype(np.float32)
 
-    yours = run(flash.flash_one_head, q, k, v, block_q=block_q, block_kv=block_kv)
-    check(yours, single()(), blocks=(block_q, None), axes="T H", tolerance=1e-4,
+    ran = measure(flash.flash_one_head, q, k, v, block_q=block_q, block_kv=block_kv,
+                  structure=ATTENTION.where(grid=(T // block_q,), blocks={0: (block_q, H)}))
+    check(ran, single()(), blocks=(block_q, None), axes="T H", tolerance=1e-4,
           likely={"unnormalised": unnormalised, "first_kv_block_only": first_kv_block_only,
                   "no_scale": single(sm_scale=1.0)})
+    blocks = (T // block_q) * (S // block_kv)
+    check_work(ran, flops=dot_flops(blocks, 2, block_q, block_kv, H),
+               likely={"first_kv_block_only": dot_flops(T // block_q, 2, block_q, block_kv, H)})
     if S > block_kv:  # once per puzzle, to keep the run short
-        lowers_for_tpu(flash.flash_one_head, q, k, v, block_q=block_q, block_kv=block_kv)
+        lowers_for_tpu(ran)
 
 
 # 4 -------------------------------------------------------------------------
@@ -191,22 +233,29 @@ def test_kv_loop(T, S, H, block_q, block_kv, rng):
 ])
 def test_grid(B, N, T, S, H, dtype, rng):
     q, k, v = inputs(rng, B, N, N, T, S, H, dtype)
-    check_grid(run(flash.flash_grid, q, k, v), q, k, v)
-    lowers_for_tpu(flash.flash_grid, q, k, v)
+    ran = measure(flash.flash_grid, q, k, v, structure=grid_structure(B, N, T, S, H))
+    check_grid(ran, q, k, v)
+    lowers_for_tpu(ran)
+
+
+def grid_structure(B, N, T, S, H, block_q=128, block_kv=128):
+    return ATTENTION.where(grid=(B, N, T // block_q, S // block_kv),
+                           blocks={0: (None, None, block_q, H), 1: (None, None, block_kv, H)})
 
 
 @puzzle("flash.grid")
 @pytest.mark.parametrize("B, N, T, S, H", [
-    pytest.param(1, 1, 256, 384, 64, id="B=1 N=1 T=256 S=384 H=64 (bytes counted)")])
+    pytest.param(2, 1, 256, 384, 64, id="B=2 N=1 T=256 S=384 H=64 (work and bytes counted)")])
 def test_grid_reads_each_kv_block_once_per_q_block(B, N, T, S, H, rng):
-    """Right values, and K and V read once per q block."""
+    """Right values, every (q block, kv block) pair computed once, and K and V read
+    once per q block."""
     q, k, v = inputs(rng, B, N, N, T, S, H)
-    traffic = moved_bytes(flash.flash_grid, q, k, v)
-    yours = traffic.output
-    check_grid(yours, q, k, v)
+    ran = measure(flash.flash_grid, q, k, v, structure=grid_structure(B, N, T, S, H))
+    check_grid(ran, q, k, v)
+    check_work(ran, flops=dot_flops(B * N * (T // 128) * (S // 128), 2, 128, 128, H))
     # q read once, K and V once per q block (T // 128 times), o written once.
     reference = q.nbytes + (T // 128) * (k.nbytes + v.nbytes) + q.nbytes
-    check_traffic(traffic, reference=reference, minimum=q.nbytes + k.nbytes + v.nbytes + q.nbytes)
+    check_traffic(ran, reference=reference, minimum=q.nbytes + k.nbytes + v.nbytes + q.nbytes)
 
 
 def check_grid(yours, q, k, v):
@@ -229,57 +278,61 @@ def check_grid(yours, q, k, v):
 
 # 5 -------------------------------------------------------------------------
 @puzzle("flash.causal")
-@pytest.mark.parametrize("B, N, T, S, H", [
-    pytest.param(1, 1, 128, 384, 128, id="B=1 N=1 T=128 S=384 (keys 128.. never seen)"),
-    pytest.param(4, 16, 4096, 4096, 128, id="B=4 N=16 T=S=4096-tpu", marks=on_tpu),
+@pytest.mark.parametrize("B, N, T, S, H, block_q, block_kv", [
+    pytest.param(1, 1, 256, 384, 64, 128, 64,
+                 id="T=256 S=384 H=64 block_q=128 block_kv=64 (keys 256.. never seen)"),
+    pytest.param(2, 1, 256, 256, 64, 64, 128, id="B=2 T=S=256 H=64 block_q=64 block_kv=128"),
+    pytest.param(1, 1, 128, 128, 128, 128, 128, id="T=S=128 H=128 (one block)"),
+    pytest.param(4, 16, 4096, 4096, 128, 128, 128, id="B=4 N=16 T=S=4096-tpu", marks=on_tpu),
 ])
-def test_causal(B, N, T, S, H, rng):
+def test_causal(B, N, T, S, H, block_q, block_kv, rng):
+    """Right values; the work of the blocks on or below the diagonal only (the others
+    are skipped); and no K/V block fetched for a skipped step."""
     q, k, v = inputs(rng, B, N, N, T, S, H)
-    check_causal(run(flash.flash_causal, q, k, v), q, k, v)
-    lowers_for_tpu(flash.flash_causal, q, k, v)
+    ran = measure(flash.flash_causal, q, k, v, block_q=block_q, block_kv=block_kv,
+                  structure=grid_structure(B, N, T, S, H, block_q, block_kv))
+    check_causal(ran, q, k, v, block_q, block_kv)
+    if B * N * T * S > 2 ** 24:  # the tpu config: values only
+        return
+    visible = len(visible_blocks(T, S, block_q, block_kv))
+    every = (T // block_q) * (S // block_kv)
+    check_work(ran, flops=dot_flops(B * N * visible, 2, block_q, block_kv, H),
+               likely={"every_block_computed": dot_flops(B * N * every, 2, block_q, block_kv, H)})
+    kv_block = block_kv * H * k.itemsize
+    needed = min(S // block_kv, ((T // block_q) * block_q - 1) // block_kv + 1)
+    check_traffic(ran, reference=2 * q.nbytes + 2 * B * N * kv_fetches(T, S, block_q, block_kv)
+                  * kv_block, minimum=2 * q.nbytes + 2 * B * N * needed * kv_block)
+    lowers_for_tpu(ran)
 
 
-@puzzle("flash.causal")
-@pytest.mark.parametrize("B, N, T, S, H", [
-    pytest.param(1, 1, 256, 256, 64, id="B=1 N=1 T=S=256 H=64 (bytes counted)")])
-def test_causal_fetches_no_kv_block_above_the_diagonal(B, N, T, S, H, rng):
-    """Right values, and no K/V block fetched for the step above the diagonal: with
-    2 x 2 blocks, q block 0 needs kv block 0 only."""
-    q, k, v = inputs(rng, B, N, N, T, S, H)
-    traffic = moved_bytes(flash.flash_causal, q, k, v)
-    yours = traffic.output
-    check_causal(yours, q, k, v)
-    # Per head, 3 of the 4 K blocks (and V blocks) lie on or below the diagonal.
-    kv_blocks = N * 3 * (128 * H * k.itemsize)
-    reference = q.nbytes + 2 * kv_blocks + q.nbytes   # q, K and V, o
-    check_traffic(traffic, reference=reference, minimum=q.nbytes + k.nbytes + v.nbytes + q.nbytes)
-
-
-def check_causal(yours, q, k, v):
+def check_causal(yours, q, k, v, block_q=128, block_kv=128):
     T, S = q.shape[2], k.shape[2]
 
     def wrong(**options):
         return lambda: attention(q, k, v, **options)[0].astype(np.float32)
 
-    def diagonal_excluded():  # query 0 sees no key: a finite mask spreads it over block 0
+    def diagonal_excluded():  # query 0 sees no key: a finite mask spreads it evenly
         o = attention(q, k, v, causal=True, diagonal=-1)[0]
-        o[:, :, 0] = np.asarray(v[:, :, :128], np.float64).mean(axis=2)
+        seen = ((block_q - 1) // block_kv + 1) * block_kv   # the keys q block 0 visits
+        o[:, :, 0] = np.asarray(v[:, :, :seen], np.float64).mean(axis=2)
         return o.astype(np.float32)
 
     def unmasked_diagonal_blocks():  # blocks skipped, but no mask inside the kept ones
-        row, col = np.arange(T)[:, None] // 128, np.arange(S)[None, :] // 128
-        s = np.where(col <= row, scores(q, k)[0], -np.inf)
+        row, col = np.arange(T)[:, None] // block_q, np.arange(S)[None, :] // block_kv
+        s = np.where(col * block_kv <= (row + 1) * block_q - 1, scores(q, k)[0], -np.inf)
         e = np.exp(s - s.max(axis=-1, keepdims=True))
         return ((e / e.sum(axis=-1, keepdims=True)) @ np.asarray(v, np.float64)).astype(np.float32)
 
     def mask_block_local():  # row and column counted from each block's start
         row, col = np.arange(T)[:, None], np.arange(S)[None, :]
-        keep = (col // 128 <= row // 128) & (col % 128 <= row % 128)
+        keep = (col // block_kv * block_kv <= row // block_q * block_q + block_q - 1) \
+            & (col % block_kv <= row % block_q)
         s = np.where(keep, scores(q, k)[0], -np.inf)
         e = np.exp(s - s.max(axis=-1, keepdims=True))
         return ((e / e.sum(axis=-1, keepdims=True)) @ np.asarray(v, np.float64)).astype(np.float32)
 
-    check(yours, wrong(causal=True)(), blocks=(1, 1, 128, None), axes="B N T H", tolerance=1e-4,
+    check(yours, wrong(causal=True)(), blocks=(1, 1, block_q, None), axes="B N T H",
+          tolerance=1e-4,
           likely={"diagonal_excluded": diagonal_excluded,
                   "unmasked_diagonal_blocks": unmasked_diagonal_blocks,
                   "mask_block_local": mask_block_local,
@@ -290,16 +343,18 @@ def check_causal(yours, q, k, v):
 # 6 -------------------------------------------------------------------------
 @puzzle("flash.logsumexp")
 @pytest.mark.parametrize("B, N, T, S, H, causal, kv_len, dtype", [
-    pytest.param(1, 1, 256, 256, 64, True, 200, "float32",
-                 id="B=1 N=1 T=S=256 H=64 tril kv_len=200"),
+    pytest.param(2, 1, 256, 256, 64, True, 200, "float32",
+                 id="B=2 N=1 T=S=256 H=64 keys j<=i kv_len=200"),
     pytest.param(1, 1, 128, 128, 128, False, None, "bfloat16", id="B=1 N=1 T=S=128 bf16"),
     pytest.param(4, 16, 4096, 4096, 128, True, 4000, "bfloat16",
-                 id="B=4 N=16 T=S=4096 bf16 tril-tpu", marks=on_tpu),
+                 id="B=4 N=16 T=S=4096 bf16 keys j<=i-tpu", marks=on_tpu),
 ])
 def test_logsumexp(B, N, T, S, H, causal, kv_len, dtype, rng):
     q, k, v = inputs(rng, B, N, N, T, S, H, dtype)
     expected_o, expected_lse = attention(q, k, v, causal=causal, kv_len=kv_len)
-    o, lse = run(flash.flash_forward, q, k, v, causal=causal, kv_len=kv_len)
+    ran = measure(flash.flash_forward, q, k, v, causal=causal, kv_len=kv_len,
+                  structure=grid_structure(B, N, T, S, H).where(outside={"slice"}))
+    o, lse = ran.output
     check(o, expected_o.astype(dtype), blocks=(1, 1, 128, None), axes="B N T H",
           tolerance=1e-4 if dtype == "float32" else None,
           likely={"padding_not_masked":
@@ -316,28 +371,33 @@ def test_logsumexp(B, N, T, S, H, causal, kv_len, dtype, rng):
     check(lse, expected_lse.astype(np.float32), name="lse", blocks=(1, 1, 128), axes="B N T",
           tolerance=1e-4, likely={"lse_without_max": lse_part("log_l"), "max_only": lse_part("m")})
     if causal:  # once per puzzle, to keep the run short
-        lowers_for_tpu(flash.flash_forward, q, k, v, causal=causal, kv_len=kv_len)
+        visible = len(visible_blocks(T, S, 128, 128, causal))
+        check_work(ran, flops=dot_flops(B * N * visible, 2, 128, 128, H))
+        lowers_for_tpu(ran)
 
 
 # 7 -------------------------------------------------------------------------
 @puzzle("flash.backward")
-@pytest.mark.parametrize("B, N, T, S, H, causal, dtype", [
-    pytest.param(1, 1, 256, 384, 64, True, "float32", id="B=1 N=1 T=256 S=384 H=64 tril"),
-    pytest.param(1, 1, 128, 128, 128, False, "bfloat16", id="B=1 N=1 T=S=128 bf16"),
-    pytest.param(4, 16, 2048, 2048, 128, True, "bfloat16", id="B=4 N=16 T=S=2048 bf16-tpu",
-                 marks=on_tpu),
+@pytest.mark.parametrize("B, N, T, S, H, causal, kv_len, dtype", [
+    pytest.param(2, 1, 256, 384, 64, True, 200, "float32",
+                 id="B=2 N=1 T=256 S=384 H=64 keys j<=i kv_len=200"),
+    pytest.param(1, 1, 128, 128, 128, False, None, "bfloat16", id="B=1 N=1 T=S=128 bf16"),
+    pytest.param(4, 16, 2048, 2048, 128, True, None, "bfloat16",
+                 id="B=4 N=16 T=S=2048 bf16-tpu", marks=on_tpu),
 ])
-def test_backward(B, N, T, S, H, causal, dtype, rng):
+def test_backward(B, N, T, S, H, causal, kv_len, dtype, rng):
     q, k, v = inputs(rng, B, N, N, T, S, H, dtype)
     do = rng.normal((B, N, T, H), dtype)
-    o, lse = attention(q, k, v, causal=causal)   # the forward's outputs, exact
+    o, lse = attention(q, k, v, causal=causal, kv_len=kv_len)   # the forward's outputs, exact
     o, lse = o.astype(dtype), lse.astype(np.float32)
-    traffic = moved_bytes(flash.flash_backward, q, k, v, o, lse, do, causal=causal)
-    dq, dk, dv = traffic.output
-    expected = attention_grads(q, k, v, do, causal=causal)
+    ran = measure(flash.flash_backward, q, k, v, o, lse, do, causal=causal, kv_len=kv_len,
+                  structure=ATTENTION.where(kernels=2, outside=DELTA))
+    dq, dk, dv = ran.output
+    expected = attention_grads(q, k, v, do, causal=causal, kv_len=kv_len)
 
     def no_delta(n):
-        return lambda: attention_grads(q, k, v, do, causal=causal, delta=False)[n].astype(dtype)
+        return lambda: attention_grads(q, k, v, do, causal=causal, kv_len=kv_len,
+                                       delta=False)[n].astype(dtype)
 
     tolerance = 1e-4 if dtype == "float32" else 3e-2
     for n, (name, yours) in enumerate([("dq", dq), ("dk", dk), ("dv", dv)]):
@@ -346,23 +406,25 @@ def test_backward(B, N, T, S, H, causal, dtype, rng):
               tolerance=tolerance, likely={"no_delta": no_delta(n)})
     if dtype != "float32":
         return
+    # Every visible (q block, kv block) pair once in each kernel: the dQ kernel's 3
+    # dots (s, dP, dQ), the dK/dV kernel's 4 (s, dV, dP, dK).
+    visible = len(visible_blocks(T, S, 128, 128, causal))
+    check_work(ran, flops=dot_flops(B * N * visible, 7, 128, 128, H))
     # T = 256, S = 384 in 128-blocks, causal: 2 q blocks, 3 K/V blocks. The dQ call
     # fetches K/V blocks 0 and 1 once each (its kv index map clamped), q, dO, lse and
     # delta once per q block; the dK/dV call fetches q block 0 for K/V block 0 only
     # (its q-side index maps clamped from below) and q block 1 once, K/V once each. K/V
     # block 2 is seen by no query: its first q block is capped at the last one.
-    # Tiles (128, H) f32; lse and delta rows (128, 1) f32.
+    # Tiles (128, H) f32; lse and delta rows (128, 1) f32; per head, B * N heads.
     tile, row = 128 * H * 4, 128 * 4
-    needed = (18 * tile + 8 * row) + 8 * tile          # read, then dq, dk, dv written
-    minimum = (10 * tile + 4 * row) + 8 * tile         # every input read once
-    check_traffic(traffic, reference=needed, minimum=minimum)
-    lowers_for_tpu(flash.flash_backward, q, k, v, o, lse, do, causal=causal)
-    # jax.grad through flash_core: traced, not run (puzzle 8 runs it on every kernel).
-    traced = str(jax.make_jaxpr(lambda *a: with_grads(*a, attend=flash.flash_core,
-                                                       causal=causal))(q, k, v, do))
-    assert traced.count("pallas_call") >= 3, (
-        "jax.grad of flash_core should run three kernels, the forward, dQ and dK/dV: "
-        "wrap flash_forward and flash_backward in a jax.custom_vjp")
+    needed = B * N * ((18 * tile + 8 * row) + 8 * tile)   # read, then dq, dk, dv written
+    minimum = B * N * ((10 * tile + 4 * row) + 8 * tile)  # every input read once
+    check_traffic(ran, reference=needed, minimum=minimum)
+    lowers_for_tpu(ran)
+    # jax.grad through flash_core runs the three kernels: traced and checked, not run
+    # (puzzle 8 runs it on every kernel).
+    check_structure(with_grads, q, k, v, do, attend=flash.flash_core, causal=causal,
+                    structure=ATTENTION.where(kernels=3, outside=DELTA))
 
 
 @puzzle("flash.gqa")
@@ -373,34 +435,58 @@ def test_backward(B, N, T, S, H, causal, dtype, rng):
 def test_gqa_checks_its_arguments(N, K, block_q, block_kv, rng):
     """Bad arguments fail up front, with a message, not deep inside a kernel."""
     q, k, v = inputs(rng, 1, N, K, 128, 128, 64)
-    with pytest.raises(ValueError):
-        flash.flash_attention(q, k, v, block_q=block_q, block_kv=block_kv)
+    bad = f"N={N}, K={K}" if N % K else f"block_q={block_q}"
+    try:
+        jax.eval_shape(functools.partial(flash.flash_attention, block_q=block_q,
+                                         block_kv=block_kv), q, k, v)
+    except ValueError:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail("argument_check", f"flash_attention({bad}) should raise a ValueError that names "
+             "the argument before any kernel is built; it failed later, inside JAX.",
+             [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+    fail("argument_check", f"flash_attention({bad}) should raise a ValueError that names the "
+         "argument; it raised nothing.")
 
 
 # 8 -------------------------------------------------------------------------
 @puzzle("flash.gqa")
 @pytest.mark.parametrize("B, N, K, T, S, H, causal, dtype", [
     pytest.param(1, 4, 2, 100, 70, 64, True, "float32",
-                 id="B=1 N=4 K=2 T=100 S=70 H=64 tril jax.grad"),
+                 id="B=1 N=4 K=2 T=100 S=70 H=64 keys j<=i jax.grad"),
     pytest.param(1, 2, 1, 60, 200, 128, False, "bfloat16",
                  id="B=1 N=2 K=1 T=60 S=200 H=128 bf16"),
     pytest.param(4, 32, 8, 4096, 4096, 128, True, "bfloat16",
-                 id="B=4 N=32 K=8 T=S=4096 bf16 tril-tpu", marks=on_tpu),
+                 id="B=4 N=32 K=8 T=S=4096 bf16 keys j<=i-tpu", marks=on_tpu),
 ])
 def test_gqa(B, N, K, T, S, H, causal, dtype, rng):
     q, k, v = inputs(rng, B, N, K, T, S, H, dtype)
     with_backward = dtype == "float32"    # the other configuration runs the forward only
+    padding = {"pad", "slice"}   # to whole blocks, and back
     if with_backward:
         do = rng.normal((B, N, T, H), dtype)
-        o, dq, dk, dv = run(with_grads, q, k, v, do, attend=flash.flash_attention, causal=causal)
+        ran = measure(with_grads, q, k, v, do, attend=flash.flash_attention, causal=causal,
+                      structure=ATTENTION.where(kernels=3, outside=DELTA | padding))
+        o, dq, dk, dv = ran.output
     else:
-        o = run(flash.flash_attention, q, k, v, causal=causal)
+        ran = measure(flash.flash_attention, q, k, v, causal=causal,
+                      structure=ATTENTION.where(outside=padding))
+        o = ran.output
+        # Blocks shrink to the sequence rounded up to 8 rows, then the sequence is
+        # padded to whole blocks: T=60 -> one 64-row q block, S=200 -> two 128-key
+        # blocks. Two dots (s = q k^T, p v) per (q block, kv block) pair per head.
+        block_q, block_kv = min(128, -(-T // 8) * 8), min(128, -(-S // 8) * 8)
+        pairs = -(-T // block_q) * -(-S // block_kv)
+        check_work(ran, flops=dot_flops(B * N * pairs, 2, block_q, block_kv, H))
 
     def modulo():
         return attention(q, k, v, causal=causal, head_of=lambda n: n % K)[0].astype(dtype)
 
-    def padded_keys_seen():  # S padded with zero keys up to whole blocks, none masked
-        pad = ((0, 0), (0, 0), (0, -S % 128), (0, 0))
+    def padded_keys_seen():  # S padded with zero keys up to a whole block, none masked
+        block_kv = min(128, -(-S // 8) * 8)
+        pad = ((0, 0), (0, 0), (0, -S % block_kv), (0, 0))
         return attention(q, np.pad(k, pad), np.pad(v, pad), causal=causal)[0].astype(dtype)
 
     check(o, attention(q, k, v, causal=causal)[0].astype(dtype), blocks=(1, 1, 128, None),
@@ -418,10 +504,6 @@ def test_gqa(B, N, K, T, S, H, causal, dtype, rng):
               axes="B K S H", tolerance=1e-4,
               likely={"last_head_only": lambda: per_head[:, G - 1::G].astype(dtype),
                       "first_head_only": lambda: per_head[:, ::G].astype(dtype),
-                      "dk_dv_swapped": lambda: per_group(expected[3 - n], K).astype(dtype)})
-    traced = str(jax.make_jaxpr(lambda *a: with_grads(*a, attend=flash.flash_attention,
-                                                       causal=causal))(q, k, v, do))
-    assert traced.count("pallas_call") >= 3, (
-        "flash_attention must run your Pallas kernels: the forward, dQ and dK/dV "
-        "kernels should all appear in the program of jax.grad")
-    lowers_for_tpu(with_grads, q, k, v, do, attend=flash.flash_attention, causal=causal)
+                      "dk_dv_swapped": lambda: per_group(expected[3 - n], K).astype(dtype),
+                      "group_heads_strided": lambda: strided_group(per_head, K).astype(dtype)})
+    lowers_for_tpu(ran)

@@ -18,8 +18,8 @@ import itertools
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (chapter, check, check_traffic, fail, lowers_for_tpu,
-                                 moved_bytes, run)
+from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_work, fail,
+                                 lowers_for_tpu, measure)
 from pytest_pallas_hints.traffic import mib
 
 matmul = chapter("matmul")
@@ -64,12 +64,33 @@ def summed_in_bf16_partials(a, b, bk):
     return acc.astype(a.dtype)
 
 
+def cdiv(a, b):
+    return -(-a // b)
+
+
+# What each lesson requires of your program, checked from its trace: your own
+# kernels do the matmul; nothing but reshapes happens around them unless listed.
+MATMUL = Structure(inside={"dot_general"})
+
+
+def tiled(M, K, N, bm, bk, bn):
+    """A matmul kernel over an (i, j, k) grid of (bm, bk) x (bk, bn) blocks."""
+    return MATMUL.where(grid=(cdiv(M, bm), cdiv(N, bn), K // bk),
+                        blocks={0: (bm, bk), 1: (bk, bn)})
+
+
 def implied_bytes(M, K, N, bm, bk, bn, itemsize):
     """Bytes between HBM and VMEM for an (i, j, k) matmul grid, by moved_bytes' rule: a
     block is fetched again only when its index changes from one step to the next."""
-    a_reads = 1 if bk == K else N // bn                # a's (i, 0) stays put across j
-    b_reads = 1 if bk == K and bn == N else M // bm    # b's block stays only if unique
+    a_reads = 1 if bk == K else cdiv(N, bn)                  # a's (i, 0) stays put across j
+    b_reads = 1 if bk == K and bn >= N else cdiv(M, bm)      # b's block stays only if unique
     return itemsize * (M * K * a_reads + K * N * b_reads + M * N)
+
+
+def tile_flops(M, K, N, bm, bn, batch=1):
+    """Flops of the dots over every (bm, bn) output tile: a partial tile at the end
+    is computed whole (its extra rows and columns are dropped when stored)."""
+    return 2 * batch * cdiv(M, bm) * bm * cdiv(N, bn) * bn * K
 
 
 # 1 -------------------------------------------------------------------------
@@ -81,41 +102,63 @@ def implied_bytes(M, K, N, bm, bk, bn, itemsize):
 ])
 def test_one_block(M, K, N, rng):
     a, b = ints(rng, (M, K)), ints(rng, (K, N))
-    check(run(matmul.matmul_one_block, a, b), dot(a, b))
-    lowers_for_tpu(matmul.matmul_one_block, a, b)
+    ran = measure(matmul.matmul_one_block, a, b, structure=MATMUL)
+    check(ran, dot(a, b))
+    lowers_for_tpu(ran)
 
 
 # 2 -------------------------------------------------------------------------
 @puzzle("matmul.k_accumulate")
-@pytest.mark.parametrize("M, K, N, bm, bk, bn", [
-    pytest.param(16, 256, 256, 8, 128, 128, id="M=16 K=256 N=256 bm=8 bk=128 bn=128"),
-    pytest.param(8, 128, 128, 8, 128, 128, id="M=8 K=128 N=128 (one block: k=0 is the last k)"),
-    pytest.param(1024, 2048, 1024, 256, 512, 256, id="M=1024 K=2048 N=1024-tpu", marks=on_tpu),
+@pytest.mark.parametrize("M, K, N, bm, bk, bn, dtype", [
+    pytest.param(17, 384, 257, 8, 128, 128, "float32",
+                 id="M=17 K=384 N=257 bm=8 bk=128 bn=128 (partial tiles)"),
+    pytest.param(16, 512, 128, 16, 128, 128, "bfloat16",
+                 id="M=16 K=512 N=128 bm=16 bf16 (4 k steps into one tile)"),
+    pytest.param(8, 128, 128, 8, 128, 128, "float32",
+                 id="M=8 K=128 N=128 (one block: k=0 is the last k)"),
+    pytest.param(1024, 2048, 1024, 256, 512, 256, "float32", id="M=1024 K=2048 N=1024-tpu",
+                 marks=on_tpu),
 ])
-def test_k_accumulate(M, K, N, bm, bk, bn, rng):
-    """The values; then the bytes the blocks imply: a is read once per column block
-    (N / bn times), b once per row block (M / bm times), each output tile written once."""
-    a, b = ints(rng, (M, K)), ints(rng, (K, N))
-    moved = moved_bytes(matmul.matmul_tiled, a, b, bm=bm, bk=bk, bn=bn)
-    yours = moved.output
-    check(yours, dot(a, b), blocks=(bm, bn), axes="i j",
-          likely={"last_k_only": lambda: k_blocks(a, b, bk)[-1],
-                  "first_k_only": lambda: k_blocks(a, b, bk)[0]})
-    lowers_for_tpu(matmul.matmul_tiled, a, b, bm=bm, bk=bk, bn=bn)
-    implied = implied_bytes(M, K, N, bm, bk, bn, F32)
-    check_traffic(moved, reference=implied, minimum=(M * K + K * N + M * N) * F32)
-    if moved.total < implied:
+def test_k_accumulate(M, K, N, bm, bk, bn, dtype, rng):
+    """The values; the work (each product computed once); then the bytes the blocks
+    imply: a is read once per column block (N / bn times), b once per row block
+    (M / bm times), each output tile written once.
+
+    In bf16 the inputs reach 8, so a k step's products need more bits than bf16
+    has: only a float32 running sum, rounded once at the end, is exact."""
+    high = 9 if dtype == "bfloat16" else 5
+    a, b = ints(rng, (M, K), dtype, 0, high), ints(rng, (K, N), dtype, 0, high)
+    moved = measure(matmul.matmul_tiled, a, b, bm=bm, bk=bk, bn=bn,
+                    structure=tiled(M, K, N, bm, bk, bn))
+    check(moved, dot(a, b), blocks=(bm, bn), axes="i j",
+          tolerance=EXACT if dtype == "bfloat16" else None,
+          likely={"last_k_only": lambda: k_blocks(a, b, bk)[-1].astype(dtype),
+                  "first_k_only": lambda: k_blocks(a, b, bk)[0].astype(dtype),
+                  "bf16_accumulation": lambda: summed_in(a.dtype, a, b, bk)})
+    check_work(moved, flops=tile_flops(M, K, N, bm, bn))
+    lowers_for_tpu(moved)
+    itemsize = a.dtype.itemsize
+    implied = implied_bytes(M, K, N, bm, bk, bn, itemsize)
+    check_traffic(moved, reference=implied, minimum=(M * K + K * N + M * N) * itemsize)
+    if moved.traffic.total < implied:
         fail("traffic_low", "your kernel moves fewer bytes than its blocks imply: "
                     "does matmul_tiled use the bm, bk and bn it is given?", [
-                        ("bytes", f"moved: yours {moved.total} B · bm={bm} bk={bk} bn={bn} "
+                        ("bytes", f"moved: yours {moved.traffic.total} B · bm={bm} bk={bk} bn={bn} "
                                   f"imply {implied} B")])
 
 
 # 3 -------------------------------------------------------------------------
+def fitted(block, dim, align):
+    """The block matmul() uses for a dim: the given one, rounded down to the TPU's tile
+    (at least one tile), or the whole dim when that is smaller."""
+    block = max(align, block // align * align)
+    return dim if block >= dim else block
+
+
 @puzzle("matmul.mixed_precision")
 @pytest.mark.parametrize("M, K, N, dtype, high", [
     pytest.param(32, 1024, 128, "bfloat16", 3, id="M=32 K=1024 N=128 bf16 (8 k steps)"),
-    pytest.param(20, 200, 100, "float32", 3, id="M=20 K=200 N=100 (no dim a multiple of 128)"),
+    pytest.param(20, 200, 129, "float32", 3, id="M=20 K=200 N=129 (no dim a multiple of 128)"),
     # Values up to 8: each k step's product needs more bits than bf16 has, so a
     # jnp.dot without preferred_element_type shows on a TPU.
     pytest.param(2048, 2048, 2048, "bfloat16", 9, id="M=K=N=2048 bf16-tpu", marks=on_tpu),
@@ -126,22 +169,25 @@ def test_mixed_precision(M, K, N, dtype, high, rng):
     Inputs are integers in [0, high): sums of non-negative terms grow, and a bf16
     running sum loses its low bits as it grows."""
     a, b = ints(rng, (M, K), dtype, 0, high), ints(rng, (K, N), dtype, 0, high)
-    yours = run(matmul.matmul, a, b)
-    bk = 128 if K > 128 else K
+    bm, bk, bn = (fitted(128, dim, align) for dim, align in
+                  ((M, 16 if dtype == "bfloat16" else 8), (K, 128), (N, 128)))
+    ran = measure(matmul.matmul, a, b, structure=MATMUL.where(
+        outside={"pad"}, blocks={0: (bm, bk), 1: (bk, bn)}))
+    yours = ran.output
     whole = K // bk * bk   # the K that a grid of K // bk steps covers
     check(yours, dot(a, b), tolerance=EXACT if dtype == "bfloat16" else None,
           blocks=(min(M, 128), 128), axes="i j",
           likely={"bf16_accumulation": lambda: summed_in(a.dtype, a, b, bk),
                   "bf16_partials": lambda: summed_in_bf16_partials(a, b, bk),
                   "k_tail_dropped": lambda: dot(a[:, :whole], b[:whole])})
-    lowers_for_tpu(matmul.matmul, a, b)
+    lowers_for_tpu(ran)
 
 
 # 4 -------------------------------------------------------------------------
 @puzzle("matmul.batched")
 @pytest.mark.parametrize("B, M, K, N, bm, bk, bn, dtype", [
-    pytest.param(2, 8, 256, 128, 8, 128, 128, "float32",
-                 id="B=2 M=8 K=256 N=128 bm=8 bk=128 bn=128"),
+    pytest.param(2, 17, 256, 129, 8, 128, 128, "float32",
+                 id="B=2 M=17 K=256 N=129 bm=8 bk=128 bn=128 (partial tiles)"),
     pytest.param(1, 16, 128, 128, 16, 128, 128, "bfloat16",
                  id="B=1 M=16 K=128 N=128 bf16 (batch of 1, one block)"),
     pytest.param(4, 1024, 1024, 1024, 256, 512, 256, "bfloat16",
@@ -149,12 +195,15 @@ def test_mixed_precision(M, K, N, dtype, high, rng):
 ])
 def test_batched(B, M, K, N, bm, bk, bn, dtype, rng):
     a, b = ints(rng, (B, M, K), dtype), ints(rng, (B, K, N), dtype)
-    check(run(matmul.batched_matmul, a, b, bm=bm, bk=bk, bn=bn), dot(a, b),
-          blocks=(1, bm, bn), axes="B i j",
+    ran = measure(matmul.batched_matmul, a, b, bm=bm, bk=bk, bn=bn, structure=MATMUL.where(
+        grid=(B, cdiv(M, bm), cdiv(N, bn), K // bk),
+        blocks={0: (None, bm, bk), 1: (None, bk, bn), 2: (None, bm, bn)}))
+    check(ran, dot(a, b), blocks=(1, bm, bn), axes="B i j",
           likely={"b_from_batch_0": lambda: dot(a, np.broadcast_to(b[:1], b.shape)),
                   "a_from_batch_0": lambda: dot(np.broadcast_to(a[:1], a.shape), b),
                   "last_k_only": lambda: dot(a[..., -bk:], b[:, -bk:])})
-    lowers_for_tpu(matmul.batched_matmul, a, b, bm=bm, bk=bk, bn=bn)
+    check_work(ran, flops=tile_flops(M, K, N, bm, bn, B))
+    lowers_for_tpu(ran)
 
 
 # 5 -------------------------------------------------------------------------
@@ -165,7 +214,8 @@ def gelu(x):
 
 @puzzle("matmul.epilogue")
 @pytest.mark.parametrize("M, K, N, bm, bk, bn, dtype", [
-    pytest.param(8, 256, 256, 8, 128, 128, "float32", id="M=8 K=256 N=256 bm=8 bk=128 bn=128"),
+    pytest.param(9, 256, 257, 8, 128, 128, "float32",
+                 id="M=9 K=256 N=257 bm=8 bk=128 bn=128 (partial tiles)"),
     pytest.param(16, 384, 128, 16, 128, 128, "bfloat16",
                  id="M=16 K=384 N=128 bm=16 bk=128 bn=128 bf16 (one tile, 3 k steps)"),
     pytest.param(1024, 2048, 1024, 256, 512, 256, "bfloat16",
@@ -188,16 +238,16 @@ def test_epilogue(M, K, N, bm, bk, bn, dtype, rng):
         i, j = np.arange(M)[:, None] // bm, np.arange(N)[None, :] % bn
         return out(gelu(product + bias64[np.clip(i * bn + j, 0, N - 1)]))
 
-    moved = moved_bytes(matmul.matmul_bias_gelu, a, b, bias, bm=bm, bk=bk, bn=bn)
-    yours = moved.output
-    check(yours, out(gelu(product + bias64)), blocks=(bm, bn), axes="i j",
+    moved = measure(matmul.matmul_bias_gelu, a, b, bias, bm=bm, bk=bk, bn=bn,
+                    structure=tiled(M, K, N, bm, bk, bn).where(inside={"dot_general", "tanh"}))
+    check(moved, out(gelu(product + bias64)), blocks=(bm, bn), axes="i j",
           likely={"bias_every_step": lambda: out(gelu(product + steps * bias64)),
                   "bias_missing": lambda: out(gelu(product)),
                   "activation_missing": lambda: out(product + bias64),
                   "bias_follows_rows": bias_follows_rows})
-    lowers_for_tpu(matmul.matmul_bias_gelu, a, b, bias, bm=bm, bk=bk, bn=bn)
+    lowers_for_tpu(moved)
     itemsize = a.dtype.itemsize
-    bias_reads = 1 if bn == N else M // bm   # (0, j) changes with j, and again for each i
+    bias_reads = 1 if bn >= N else cdiv(M, bm)   # (0, j) changes with j, again for each i
     fused = implied_bytes(M, K, N, bm, bk, bn, itemsize) + N * itemsize * bias_reads
     check_traffic(moved, reference=fused, minimum=(M * K + K * N + N + M * N) * itemsize,
                   outside=0)
@@ -268,10 +318,38 @@ def judge_blocks(blocks, M, K, N, itemsize, vmem_bytes):
     pytest.param(2048, 2048, 2048, 4, 16 * MiB, id="M=K=N=2048 f32 VMEM=16 MiB"),
     pytest.param(4096, 256, 4096, 2, 16 * MiB, id="M=4096 K=256 N=4096 bf16 VMEM=16 MiB"),
     pytest.param(48, 512, 1024, 2, 128 * 1024, id="M=48 K=512 N=1024 bf16 VMEM=128 KiB (tight)"),
+    pytest.param(1, 256, 512, 4, MiB, id="M=1 K=256 N=512 f32 VMEM=1 MiB (one row, as in decoding)"),
 ])
 def test_choose_blocks(M, K, N, itemsize, vmem_bytes):
     blocks = matmul.choose_blocks(M, K, N, itemsize=itemsize, vmem_bytes=vmem_bytes)
     judge_blocks(blocks, M, K, N, itemsize, vmem_bytes)
+
+
+def legal_blocks(M, K, N, itemsize):
+    return list(itertools.product(
+        *[[b for b in range(1, dim + 1) if legal(dim, b, align)]
+          for dim, align in ((M, sublanes(itemsize)), (K, 128), (N, 128))]))
+
+
+@puzzle("matmul.choose_blocks")
+def test_choose_blocks_on_budgets_that_bite(rng):
+    """Eighty problems drawn afresh each run, each with two budgets: exactly the VMEM
+    of the blocks that would be best with no budget, and one byte less, where those
+    blocks no longer fit. Only a choice that follows the traffic model and the
+    budget to the byte is optimal on all of them."""
+    for _ in range(80):
+        M = 8 * int(rng.integers((), 1, 65))
+        K, N = (128 * int(rng.integers((), 1, 17)) for _ in range(2))
+        itemsize = int(rng.integers((), 1, 3)) * 2
+        blocks = legal_blocks(M, K, N, itemsize)
+        unconstrained = min(blocks, key=lambda b: (implied_bytes(M, K, N, *b, itemsize),
+                                                   vmem_used(*b, itemsize)))
+        for vmem_bytes in (vmem_used(*unconstrained, itemsize),
+                           vmem_used(*unconstrained, itemsize) - 1):
+            if not any(vmem_used(*b, itemsize) <= vmem_bytes for b in blocks):
+                continue
+            chosen = matmul.choose_blocks(M, K, N, itemsize=itemsize, vmem_bytes=vmem_bytes)
+            judge_blocks(chosen, M, K, N, itemsize, vmem_bytes)
 
 
 @puzzle("matmul.choose_blocks")
@@ -286,12 +364,13 @@ def test_choose_blocks_on_the_real_kernel(M, K, N, vmem_bytes, rng):
     judge_blocks(blocks, M, K, N, F32, vmem_bytes)
     bm, bk, bn = (int(x) for x in blocks)
     a, b = ints(rng, (M, K)), ints(rng, (K, N))
+    ran = measure(matmul.matmul_tiled, a, b, bm=bm, bk=bk, bn=bn,
+                  structure=tiled(M, K, N, bm, bk, bn))
     if M * K * N > 2 ** 24:   # the tpu config
-        check(run(matmul.matmul_tiled, a, b, bm=bm, bk=bk, bn=bn), dot(a, b),
-              blocks=(bm, bn), axes="i j")
+        check(ran, dot(a, b), blocks=(bm, bn), axes="i j")
         return
     model = implied_bytes(M, K, N, bm, bk, bn, F32)
-    yours = moved_bytes(matmul.matmul_tiled, a, b, bm=bm, bk=bk, bn=bn)
+    yours = ran.traffic
     if yours.total != model:
         moved = " · ".join(f"{op.name} {op.direction} {op.bytes} B" for op in yours.operands)
         fail("model_mismatch", "matmul_tiled does not move what these blocks imply: "

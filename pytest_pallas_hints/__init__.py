@@ -2,7 +2,7 @@
 
 Test files use::
 
-    from pytest_pallas_hints import chapter, check, lowers_for_tpu, run
+    from pytest_pallas_hints import Structure, chapter, check, lowers_for_tpu, run
 
 Imports are lazy so that loading the plugin (every pytest start, even
 ``pytest --help``) does not import JAX or NumPy.
@@ -14,15 +14,19 @@ import importlib
 _EXPORTS = {
     "chapter": "chapters",
     "check": "checking",
-    "lowers_for_tpu": "checking",
-    "run": "checking",
-    "run_fused": "checking",
-    "run_jax": "checking",
+    "check_structure": "checking",
     "check_traffic": "checking",
+    "check_work": "checking",
     "fail": "checking",
-    "moved_bytes": "traffic",
+    "lowers_for_tpu": "checking",
+    "measure": "checking",
+    "run": "checking",
+    "run_jax": "checking",
+    "KitError": "checking",
     "Mismatch": "checking",
     "Rng": "checking",
+    "Structure": "structure",
+    "moved_bytes": "traffic",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -18,6 +18,7 @@ from pathlib import Path
 # Resolved once per session by the plugin (pytest_configure).
 source = "exercises"             # or "reference"
 patches: list[Path] = []         # files whose definitions replace the chapter's
+_loaded: set[Path] = set()       # chapter files executed this session (and patches)
 
 
 class ChapterImportError(Exception):
@@ -32,6 +33,16 @@ class ChapterImportError(Exception):
                          f"{type(error).__name__}: {getattr(error, 'msg', None) or error}")
 
 
+class ChapterRuleBroken(ChapterImportError):
+    """The learner's chapter file breaks the rule for exercise files (rules.py): it is
+    not run at all."""
+
+    def __init__(self, path: Path, broken):
+        Exception.__init__(self, f"{path.parent.name}/{path.name}:{broken.line} breaks the "
+                                 f"rule for exercise files: {broken.rule}")
+        self.path, self.error, self.line, self.broken = path, None, broken.line, broken
+
+
 def configure(new_source: str, new_patches=()) -> None:
     global source, patches
     source, patches = new_source, [Path(p).resolve() for p in new_patches]
@@ -44,8 +55,15 @@ def chapter(name: str) -> types.ModuleType:
     the calling file's folder.
     """
     caller = Path(sys._getframe(1).f_globals["__file__"]).resolve()
-    path = caller.parent.parent / source / f"{name}.py"
+    root = caller.parent.parent
+    path = root / source / f"{name}.py"
     module_name = f"{source}.{name}"
+    if source == "exercises" and path.exists():  # what a learner (and a grade) runs
+        from . import rules
+
+        broken = rules.check(path, _extra_imports(root, name))
+        if broken is not None:
+            return _BrokenChapter(module_name, ChapterRuleBroken(path, broken))
     try:
         module = _execute(path, module_name)
         for patch in patches:
@@ -71,7 +89,26 @@ def stubs(path: Path) -> dict[str, int]:
     return found
 
 
+def _extra_imports(root: Path, name: str) -> tuple[str, ...]:
+    """The modules a chapter allows on top of the rule's list (its hints file's
+    ``[chapter] imports``)."""
+    import tomllib
+
+    try:
+        data = tomllib.loads((root / "exercises" / "hints" / f"{name}.toml").read_text("utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return ()
+    return tuple(data.get("chapter", {}).get("imports", ()))
+
+
+def sources() -> set[Path] | None:
+    """The files a learner's kernels may come from: the chapter files (and patches)
+    loaded in this session; None before any was (the kit's own unit tests)."""
+    return set(_loaded) or None
+
+
 def _execute(path: Path, module_name: str, into: types.ModuleType | None = None):
+    _loaded.add(path.resolve())
     module = into or types.ModuleType(module_name)
     if into is None:
         module.__file__ = str(path)

@@ -1,22 +1,33 @@
-"""What test files call: ``run`` a learner function, ``check`` its output, check
-that it ``lowers_for_tpu``, ``check_traffic``, ``fail`` with a finding of a
-test's own, and draw seeded inputs from ``Rng``.
+"""What test files call: ``run`` or ``measure`` a learner function, ``check`` its
+output, ``check_work`` and ``check_traffic`` what its kernels did, check that it
+``lowers_for_tpu``, ``fail`` with a finding of a test's own, and draw inputs
+from ``Rng``.
+
+Every verdict on a learner function comes from one trace and one run of it
+(``program.py``): the structure its lesson requires (``structure.Structure``),
+the value, the flops of the dots its kernels executed and the bytes they
+moved. Nothing is run a second time, in another mode the code could notice.
 
 ``check`` does not print; it raises ``Mismatch``, an ``AssertionError`` that
 carries both arrays, so the plugin can say *how* they differ (shape, NaN,
 which blocks, a constant factor, a known wrong answer) instead of dumping
-numbers.
+numbers. A failure of the kit's own machinery raises ``KitError``, which the
+plugin reports as a kit problem, never as the learner's mistake.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import zlib
 from typing import Callable, Mapping, NoReturn
 
 import numpy as np
 
-from . import diagnose, runtime
+from . import diagnose, jaxcompat, program, walk
+from . import structure as rules
 from .chapters import ChapterImportError
+from .structure import Structure
 
 # (rtol, atol relative to the largest |expected|) per dtype of the expected output.
 TOLERANCE = {"float64": 1e-9, "float32": 2e-5, "float16": 2e-3, "bfloat16": 2e-2}
@@ -41,15 +52,16 @@ class Mismatch(AssertionError):
 
 
 class Diagnosed(AssertionError):
-    """A failure a test explains itself: a finding kind (hints files attach their
-    words to it), the engine-style sentence, and the facts it rests on."""
+    """A failure a test (or a kit check) explains itself: findings, most specific first."""
 
-    def __init__(self, kind: str, says: str, facts=()):
-        super().__init__(says)
-        self.kind, self.says, self.facts = kind, says, list(facts)
+    def __init__(self, kind: str, says: str = "", facts=(), findings=None):
+        self._findings = findings or [diagnose.Finding(kind, says, facts=list(facts))]
+        first = self._findings[0]
+        super().__init__(first.says)
+        self.kind, self.says, self.facts = first.kind, first.says, first.facts
 
     def findings(self) -> list[diagnose.Finding]:
-        return [diagnose.Finding(self.kind, self.says, facts=self.facts)]
+        return self._findings
 
 
 def fail(kind: str, says: str, facts=()) -> NoReturn:
@@ -58,13 +70,342 @@ def fail(kind: str, says: str, facts=()) -> NoReturn:
     raise Diagnosed(kind, says, facts)
 
 
-class TooMuchTraffic(AssertionError):
-    """A kernel that moves more bytes between HBM and VMEM than its budget."""
+class KitError(Exception):
+    """The kit's own machinery failed: a problem to report, not the learner's mistake."""
 
-    def __init__(self, yours, reference: int, minimum: int | None, outside: int | None = None):
+    def __init__(self, step: str, error: BaseException):
+        self.step, self.error = step, error
+        super().__init__(f"{step}: {type(error).__name__}: {error}")
+
+
+_VERDICTS = (Mismatch, Diagnosed, KitError, jaxcompat.CannotVerify)
+
+
+@contextlib.contextmanager
+def kit_step(step: str):
+    """Inside: an exception that is not a verdict is the kit's fault (``KitError``)."""
+    try:
+        yield
+    except _VERDICTS:
+        raise
+    except Exception as error:
+        raise KitError(step, error) from error
+
+
+# ------------------------------------------------------------------- running ---
+
+@dataclasses.dataclass
+class Measured:
+    """One run of a learner function: its output, and what its kernels did."""
+    output: object
+    program: program.Program
+    executed: list
+    args: tuple
+
+    @functools.cached_property
+    def steps(self) -> list[walk.Counts]:
+        """Per kernel run, what its kernel executed over the grid (flops, DMAs)."""
+        jaxcompat.require("work accounting")
+        with kit_step("work accounting"):
+            try:
+                return [walk.kernel_steps(run.site.call, run.prefetch) for run in self.executed]
+            except walk.Uncountable as why:
+                fail("uncountable", (
+                    f"the kit counts what a kernel does from its grid indices and prefetched "
+                    f"scalars, and cannot count yours: {why}. Write conditions and loop "
+                    "bounds in terms of pl.program_id and scalar-prefetch values."))
+
+    @functools.cached_property
+    def work(self) -> int:
+        """Flops of the dots the kernels executed (a skipped block counts zero)."""
+        self._countable()
+        return sum(counts.flops for counts in self.steps)
+
+    @functools.cached_property
+    def traffic(self):
+        """Bytes moved between HBM and VMEM (``traffic.Traffic``)."""
+        from . import traffic
+
+        jaxcompat.require("byte accounting")
+        self._countable()
+        steps = self.steps
+        with kit_step("byte accounting"):
+            try:
+                return traffic.count(self.program, self.executed, steps, self.output)
+            except walk.Uncountable as why:
+                fail("uncountable", f"the kit cannot count the bytes your kernels move: {why}.")
+
+    def _countable(self):
+        repeated = [s for s in self.program.sites if s.repeated]
+        if repeated:
+            fail("uncountable", (
+                f"{repeated[0].call.name}() is called inside a lax loop or branch around "
+                "the kernel: call pl.pallas_call directly, so that its work can be counted."))
+
+
+def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measured:
+    """Runs ``fn(*args, **static)`` once (traced once, compiled as one program) and keeps
+    what the kit measures of it. ``structure`` is what the puzzle's lesson requires
+    (None: nothing, for the kit's own tests)."""
+    traced = _trace(fn, args, static)  # the learner's Python runs here, once
+    if structure is not None:
+        _check_structure(traced, structure)
+    unchecked = _check_dmas_before(traced, args)
+    try:
+        output, executed = program.execute(traced, args)
+    except Exception as error:
+        _blame(error, "running kernels")
+        _locate(error, traced)
+        raise program.learners(error)
+    if unchecked:
+        _check_dmas([(run.site.call, run.prefetch) for run in executed
+                     if run.site.index in unchecked])
+    return Measured(output, traced, executed, args)
+
+
+# ---------------------------------------------------------------- DMA ledger ---
+
+def _check_dmas_before(traced, args) -> set[int]:
+    """Judges every kernel's DMA starts and waits before the program runs, so that a
+    wait that would never return is named, not timed out. Returns the sites that could
+    not be judged yet (their scalar-prefetch values only exist once the program ran)."""
+    import jax
+
+    sites = [site for site in traced.sites if not site.repeated and walk.has_dmas(site.call)]
+    if not sites or "work accounting" in jaxcompat.missing():
+        return set()
+    with kit_step("DMA checks"):
+        known = {}
+        if any(site.call.num_prefetch for site in sites):
+            known = walk.prefetch_before_run(traced.closed,
+                                             jax.tree_util.tree_leaves(args)) or {}
+        eqn_of = {index: eqn for eqn, index in _eqns_of(traced)}
+        ready, unchecked = [], set()
+        for site in sites:
+            if not site.call.num_prefetch:
+                ready.append((site.call, []))
+            elif id(eqn_of.get(site.index)) in known:
+                ready.append((site.call, known[id(eqn_of[site.index])]))
+            else:
+                unchecked.add(site.index)
+    _check_dmas(ready)
+    return unchecked
+
+
+def _eqns_of(traced):
+    """(equation, site index) for every pallas_call equation of the program."""
+    def visit(jaxpr):
+        for eqn in jaxpr.eqns:
+            if id(eqn) in traced._by_eqn:
+                yield eqn, traced._by_eqn[id(eqn)]
+            for inner, _ in jaxcompat.sub_jaxprs(eqn):
+                if not jaxcompat.is_kernel(eqn):
+                    yield from visit(inner)
+    return list(visit(traced.closed.jaxpr))
+
+
+def _check_dmas(runs) -> None:
+    """Raises the first unmatched DMA start or wait of these kernel runs ((call,
+    prefetch values) each) as a finding with the learner's lines."""
+    from . import chapters
+
+    for call, prefetch in runs:
+        with kit_step("DMA checks"):
+            try:
+                counts = walk.kernel_steps(call, prefetch)
+            except walk.Uncountable:
+                continue   # judged by the run itself (a race, a time bound)
+        if counts.dma_problems:
+            raise Diagnosed("", findings=[_dma_finding(counts.dma_problems[0],
+                                                       chapters.sources())])
+
+
+_DMA_SAYS = {
+    "dma_never_started": (
+        "this .wait() waits for a copy that no .start() began on its semaphore: on a TPU "
+        "the kernel would wait forever. Start the copy before you wait for it, and wait "
+        "on the very semaphore (and slot) that the copy signals."),
+    "dma_not_waited": (
+        "a copy started here is still in flight when the kernel ends: nothing waits for "
+        "it, so its data may not have landed. Every .start() needs a .wait() on the same "
+        "copy before the kernel (or its run_scoped) ends."),
+    "dma_overwrite": (
+        "this copy writes into a buffer that an earlier copy, still in flight, is "
+        "writing too: the two race, and neither result can be trusted. Wait for a "
+        "slot's copy (and use its data) before you start the next copy into it."),
+    "dma_out_of_bounds": (
+        "this copy names a part of a ref past its ends (a slice, a slot or a semaphore "
+        "index): a TPU would copy the wrong memory or fault. Check the index against "
+        "the ref's shape; negative indices do not wrap around in a kernel."),
+}
+
+
+def _dma_finding(problem, sources) -> diagnose.Finding:
+    from pathlib import Path
+
+    def at(eqn) -> str:
+        where = program._user_line(eqn, sources) or program._user_line(eqn, None)
+        if where is None:
+            return "(inside JAX: the line that called it is not known)"
+        shown = f"{Path(where[0]).parent.name}/{Path(where[0]).name}:{where[1]}"
+        return f"{shown}   {diagnose._source_line(where).strip()}"
+
+    waits = problem.eqn.primitive.name == "dma_wait"
+    facts = [("waits" if waits else "started", at(problem.eqn))]
+    if problem.other is not None:
+        facts.append(("in flight", at(problem.other)))
+    if problem.detail:
+        facts.append(("window", problem.detail))
+    return diagnose.Finding(problem.kind, _DMA_SAYS[problem.kind], facts=facts)
+
+
+def check_structure(fn: Callable, *args, structure: Structure, **static) -> None:
+    """Traces ``fn(*args, **static)`` and checks its ``structure``, without running it."""
+    _check_structure(_trace(fn, args, static), structure)
+
+
+def _check_structure(traced, structure: Structure) -> None:
+    from . import chapters
+
+    jaxcompat.require("structure checks")
+    with kit_step("structure checks"):
+        findings = rules.check(traced, structure, chapters.sources())
+    if findings:
+        raise Diagnosed("", findings=findings)
+
+
+def run(fn: Callable, *args, structure: Structure | None, **static):
+    """``fn(*args, **static)``, run once as one compiled program that must have the
+    ``structure`` its puzzle's lesson requires."""
+    return measure(fn, *args, structure=structure, **static).output
+
+
+_PLAIN_JAX = Structure(kernels=None, outside=frozenset())
+
+
+def run_jax(fn: Callable, *args, **static):
+    """``fn(*args, **static)`` compiled as one program, for the puzzles written in plain
+    JAX (no kernel needed; host callbacks are not allowed either)."""
+    traced = _trace(fn, args, static)
+    with kit_step("structure checks"):
+        findings = rules.check(traced, _PLAIN_JAX.where(kernels=len(traced.sites)))
+    if findings and findings[0].kind in ("callback", "foreign_kernel"):
+        raise Diagnosed("", findings=findings)
+    try:
+        return program.execute(traced, args)[0]
+    except Exception as error:
+        _blame(error, "running the program")
+        raise program.learners(error)
+
+
+def _locate(error: BaseException, traced) -> None:
+    """Attaches the learner's line the error most likely comes from (a run-time error
+    in a kernel has no learner frame in its traceback)."""
+    from . import chapters
+
+    try:
+        error.pallas_where = program.site_of(traced, error, chapters.sources())
+    except Exception:
+        pass
+
+
+def _trace(fn, args, static) -> program.Program:
+    return program.trace(fn, args, static, reading=lambda: kit_step("reading the program"))
+
+
+@functools.lru_cache(maxsize=None)
+def _machinery_error() -> str | None:
+    """Whether a known-good kernel runs here: if not, the kit is what is broken."""
+    import jax
+    from jax.experimental import pallas as pl
+
+    def twice_kernel(x_ref, o_ref):
+        o_ref[...] = 2 * x_ref[...]
+
+    def twice(x):
+        return pl.pallas_call(twice_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    try:
+        x = np.ones((8, 128), np.float32)
+        output, _ = program.execute(program.trace(twice, (x,), {}), (x,))
+        if not np.array_equal(np.asarray(output), 2 * x):
+            return "a known-good kernel gave a wrong value"
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def _blame(error: BaseException, step: str) -> None:
+    """Re-raises ``error`` as a KitError when a known-good kernel fails too."""
+    if isinstance(error, _VERDICTS) or jaxcompat.race_in(error):
+        return
+    broken = _machinery_error()
+    if broken is not None:
+        raise KitError(step, error) from error
+
+
+# -------------------------------------------------------------------- checks ---
+
+def check(yours, expected, *, blocks=None, axes: str | None = None,
+          likely: Mapping[str, object] | None = None, tolerance: float | None = None,
+          name: str = "output") -> None:
+    """Passes if ``yours`` has the shape, dtype and values of ``expected``.
+
+    blocks:    the output's block shape (None for a full dim), for the block map;
+    axes:      a letter per output dim for the block map's labels, e.g. "B N T H";
+    likely:    known wrong answers, name -> array (or a function returning one,
+               evaluated only on failure); a match is named by the puzzle's words;
+    tolerance: relative tolerance, default by dtype (TOLERANCE).
+    """
+    if isinstance(yours, Measured):
+        yours = yours.output
+    yours_np, expected_np = np.asarray(yours), np.asarray(expected)
+    if tolerance is None:
+        tolerance = TOLERANCE.get(expected_np.dtype.name, 0.0)
+    if (yours_np.shape == expected_np.shape and yours_np.dtype == expected_np.dtype
+            and diagnose.close(yours_np, expected_np, tolerance).all()):
+        return
+    raise Mismatch(yours_np, expected_np, name=name, blocks=blocks, axes=axes,
+                   likely=likely, tolerance=tolerance)
+
+
+def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | None = None,
+               says: str = "") -> None:
+    """Passes if the kernels executed exactly ``flops`` flops of dots.
+
+    likely: known wrong amounts, name -> flops (e.g. "every_block": the work of a
+            kernel that skips nothing); a match is named by the puzzle's words;
+    says:   the sentence when more work was done than needed (the default names it).
+    """
+    yours = measured.work
+    if yours == flops:
+        return
+    facts = [("work", f"dot flops executed: yours {yours:,} · needed {flops:,}"
+                      + (f" ({yours / flops:.3g} ×)" if flops else ""))]
+    for name, amount in (likely or {}).items():
+        if yours == amount:
+            raise Diagnosed(name, f"your kernels do the work of a known wrong answer "
+                                  f"({name.replace('_', ' ')}).", facts)
+    if yours > flops:
+        raise Diagnosed("work_high", says or (
+            "your kernels compute more than the result needs: blocks whose result is "
+            "thrown away (masked, or outside the array) should be skipped with pl.when, "
+            "not computed."), facts)
+    raise Diagnosed("work_low", (
+        "your kernels compute less than the result needs: some blocks are skipped that "
+        "hold visible values, or a dot is missing."), facts)
+
+
+class TooMuchTraffic(AssertionError):
+    """A kernel that moves more bytes between HBM and VMEM than its budget, or fewer
+    than the inputs its result depends on."""
+
+    def __init__(self, yours, reference: int, minimum: int | None, outside: int | None = None,
+                 too_little: bool = False):
         self.yours, self.reference, self.minimum, self.outside = yours, reference, minimum, outside
+        self.too_little = too_little
         super().__init__(f"bytes moved: yours {yours.total} (+ {yours.outside} outside "
-                         f"kernels) > reference {reference}")
+                         f"kernels), reference {reference}, minimum {minimum}")
 
     def findings(self) -> list[diagnose.Finding]:
         from .traffic import mib
@@ -75,6 +416,11 @@ class TooMuchTraffic(AssertionError):
         moved = f"yours {shown[0]} · reference {shown[1]}" + (
             f" · minimum {shown[2]}" if len(shown) > 2 else "")
         facts = [("bytes", f"moved by kernels: {moved}")]
+        if self.too_little:
+            return [diagnose.Finding("traffic_low", (
+                "your kernels move fewer bytes than the result depends on: a kernel that "
+                "does not read all of its inputs cannot have computed the answer from "
+                "them. Does every input go through a BlockSpec or a DMA?"), facts=facts)]
         if self.outside is not None and self.yours.outside > self.outside:
             facts.append(("outside", f"plus {mib(self.yours.outside)} by JAX ops outside "
                                      f"your kernels: {_biggest(self.yours.outside_ops, mib)}"))
@@ -99,92 +445,26 @@ class TooMuchTraffic(AssertionError):
                     "consecutive steps), or choose blocks that reuse it more.")
         else:
             says = ("more data moves than the work needs: an intermediate result makes a "
-                    "round trip through HBM? Fuse the steps into one kernel.")
+                    "round trip through HBM? Fuse the steps into one kernel, and fetch no "
+                    "block whose result is not needed.")
         return [diagnose.Finding("traffic", says, facts=facts)]
 
 
-def check_traffic(yours, *, reference: int, minimum: int | None = None,
+def check_traffic(measured, *, reference: int, minimum: int | None = None,
                   outside: int | None = None) -> None:
-    """Passes if ``yours`` (from ``moved_bytes``) moves at most ``reference`` bytes.
+    """Passes if the kernels moved between ``minimum`` and ``reference`` bytes.
 
     reference: the bytes a good solution's kernels move (computed by hand in the test);
-    minimum:   every input read once and every output written once, for scale;
+    minimum:   the bytes the result depends on (each needed input block read once,
+               each output written once): moving fewer means inputs were ignored;
     outside:   if given, the most bytes JAX ops outside the kernels may move (0: all
                the work must happen in kernels).
     """
+    yours = measured.traffic if isinstance(measured, Measured) else measured
     if yours.total > reference or (outside is not None and yours.outside > outside):
         raise TooMuchTraffic(yours, reference, minimum, outside)
-
-
-class LoweringFailed(AssertionError):
-    """The kernel runs in interpret mode but would not compile for a TPU."""
-
-    def __init__(self, error: BaseException):
-        self.error = error
-        super().__init__(f"does not lower for TPU: {error}")
-
-
-def check(yours, expected, *, blocks=None, axes: str | None = None,
-          likely: Mapping[str, object] | None = None, tolerance: float | None = None,
-          name: str = "output") -> None:
-    """Passes if ``yours`` has the shape, dtype and values of ``expected``.
-
-    blocks:    the output's block shape (None for a full dim), for the block map;
-    axes:      a letter per output dim for the block map's labels, e.g. "B N T H";
-    likely:    known wrong answers, name -> array (or a function returning one,
-               evaluated only on failure); a match is named by the puzzle's words;
-    tolerance: relative tolerance, default by dtype (TOLERANCE).
-    """
-    yours_np, expected_np = np.asarray(yours), np.asarray(expected)
-    if tolerance is None:
-        tolerance = TOLERANCE.get(expected_np.dtype.name, 0.0)
-    if (yours_np.shape == expected_np.shape and yours_np.dtype == expected_np.dtype
-            and diagnose.close(yours_np, expected_np, tolerance).all()):
-        return
-    raise Mismatch(yours_np, expected_np, name=name, blocks=blocks, axes=axes,
-                   likely=likely, tolerance=tolerance)
-
-
-def run(fn: Callable, *args, **static):
-    """``fn(*args, **static)`` compiled as one program (keyword arguments static),
-    which must run at least one Pallas kernel.
-
-    One compilation for the wrapper and its kernels is much faster in
-    interpret mode than running the wrapper's operations one by one.
-    """
-    return _run(fn, args, static, kernel=True, fused=False)
-
-
-def run_fused(fn: Callable, *args, **static):
-    """As ``run``, and all the work must happen inside the kernels: plain JAX ops
-    around them may only reshape (a learner who computes the answer outside the
-    kernel fails with the finding ``outside``)."""
-    return _run(fn, args, static, kernel=True, fused=True)
-
-
-def run_jax(fn: Callable, *args, **static):
-    """``fn(*args, **static)`` compiled as one program, no kernel required (for
-    the puzzles written in plain JAX)."""
-    return _run(fn, args, static, kernel=False, fused=False)
-
-
-def _run(fn, args, static, *, kernel: bool, fused: bool):
-    import jax
-
-    from .traffic import mib, survey
-
-    traced = jax.jit(functools.partial(fn, **static)).trace(*args)
-    if kernel:
-        kernels, outside, _ = survey(traced.jaxpr.jaxpr)
-        if not kernels:
-            fail("no_kernel", "your function computes its result without a Pallas kernel: "
-                              "the work of this puzzle belongs in a pl.pallas_call.")
-        if fused and outside:
-            fail("outside", (
-                "part of the work happens outside your kernel, in plain JAX ops that each "
-                "read and write HBM: do it inside the kernel, where the data already is."),
-                [("outside", _biggest(outside, mib))])
-    return traced.lower().compile()(*args)
+    if minimum is not None and yours.total < minimum:
+        raise TooMuchTraffic(yours, reference, minimum, outside, too_little=True)
 
 
 def _biggest(ops, mib, shown: int = 3) -> str:
@@ -194,43 +474,85 @@ def _biggest(ops, mib, shown: int = 3) -> str:
     return text + (f" and {len(ops) - shown} more" if len(ops) > shown else "")
 
 
-def lowers_for_tpu(fn: Callable, *args, **static) -> None:
-    """Passes if ``fn(*args, **static)`` lowers for a real TPU (Mosaic), on this machine.
+class LoweringFailed(AssertionError):
+    """The kernel runs in interpret mode but would not compile for a TPU."""
 
-    ``jax.jit(fn).trace(*args).lower(lowering_platforms=("tpu",))`` runs the
-    real TPU compiler front end on CPU: it rejects, for example, block shapes
-    whose last two dims are not multiples of (8, 128).
+    def __init__(self, error: BaseException, where: tuple[str, int] | None = None):
+        self.error, self.pallas_where = error, where
+        super().__init__(f"does not lower for TPU: {error}")
+
+
+def lowers_for_tpu(target, *args, **static) -> None:
+    """Passes if the program lowers for a real TPU (Mosaic), on this machine.
+
+    ``target`` is a ``Measured`` (its program is lowered: no second trace) or a
+    function, traced here with ``args`` and ``static``. The real TPU compiler
+    front end, run on CPU, rejects for example block shapes whose last two dims
+    are not multiples of (8, 128).
     """
-    import jax
-
     from . import compile_cache
 
-    with runtime.compiled_for_tpu():
-        try:
-            traced = jax.jit(functools.partial(fn, **static)).trace(*args)
-            mark = compile_cache.passed_before("lowers_for_tpu", traced.jaxpr)
-            if mark is not None and mark.exists():
-                return  # this exact program lowered in an earlier run
-            traced.lower(lowering_platforms=("tpu",))
-            compile_cache.record(mark)
-        except (NotImplementedError, AssertionError, ChapterImportError):
-            raise
-        except Exception as error:
-            if "Unsupported TPU device kind" in str(error):
-                return  # a rule this JAX can only check on a real TPU
-            raise LoweringFailed(error) from error
+    if isinstance(target, Measured):
+        traced, args = target.program, target.args
+    else:
+        traced = _trace(target, args, static)
+    with kit_step("TPU lowering check"):
+        mark = compile_cache.passed_before("lowers_for_tpu", traced.describe())
+    if mark is not None and mark.exists():
+        return  # this exact program lowered in an earlier run
+    try:
+        program.lower_for_tpu(traced, args)
+    except (NotImplementedError, AssertionError, ChapterImportError):
+        raise
+    except Exception as error:
+        if "Unsupported TPU device kind" in str(error):
+            return  # a rule this JAX can only check on a real TPU
+        if _lowering_error() is not None:
+            raise jaxcompat.CannotVerify("TPU lowering check", _lowering_error()) from error
+        from . import chapters
 
+        raise LoweringFailed(error, program.site_of(traced, error, chapters.sources())) \
+            from error
+    compile_cache.record(mark)
+
+
+@functools.lru_cache(maxsize=None)
+def _lowering_error() -> str | None:
+    """Whether a known-good kernel lowers for TPU here."""
+    import jax
+    from jax.experimental import pallas as pl
+
+    if "TPU lowering check" in jaxcompat.missing():
+        return jaxcompat.missing()["TPU lowering check"]
+
+    def copy_kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    def copy(x):
+        return pl.pallas_call(copy_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    x = np.zeros((8, 128), np.float32)
+    try:
+        program.lower_for_tpu(program.trace(copy, (x,), {}), (x,))
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+# -------------------------------------------------------------------- inputs ---
 
 class Rng:
-    """Seeded NumPy inputs for one test; the seed is printed when the test fails."""
+    """Inputs for one test, drawn from a seed derived from the session's seed and the
+    test's id: fresh every session, the same for a test whenever the session seed is
+    (``pytest --seed N`` replays a run)."""
 
-    def __init__(self, seed: int):
-        self.seed = seed
+    def __init__(self, seed: int, session_seed: int | None = None):
+        self.seed, self.session_seed = seed, session_seed
         self._gen = np.random.default_rng(seed)
 
     @classmethod
-    def for_test(cls, test_name: str) -> "Rng":
-        return cls(zlib.crc32(test_name.encode()) % 10_000)
+    def for_test(cls, test_id: str, session_seed: int = 0) -> "Rng":
+        return cls(zlib.crc32(f"{session_seed}:{test_id}".encode()), session_seed)
 
     def normal(self, shape, dtype="float32", scale: float = 1.0) -> np.ndarray:
         return _as(self._gen.standard_normal(shape) * scale, dtype)
@@ -240,6 +562,9 @@ class Rng:
 
     def integers(self, shape, low: int, high: int, dtype="int32"):
         return _as(self._gen.integers(low, high, shape), dtype)
+
+    def permutation(self, n: int) -> np.ndarray:
+        return self._gen.permutation(n)
 
 
 def _as(values, dtype) -> np.ndarray:

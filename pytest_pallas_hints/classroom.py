@@ -6,18 +6,27 @@ The copy has the exercises, their tests and hints, the plugin, the README and
 the GitHub Classroom workflow; it has no ``reference/`` (so no level-3 hints),
 none of the kit's own tests and no known mistakes. Before it finishes, it
 checks that no reference function body appears anywhere in the copy.
+
+It also writes, into the copy's workflow, the git blob id of every graded file
+(tests, hints, plugin, configuration): the grading script restores them by that
+content, whatever the student's history holds (grade.py).
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import json
 import re
 import shutil
 import sys
 from pathlib import Path
 
+from .grade import blob_id
+
 SHIPPED = ["README.md", "pyproject.toml", "conftest.py", ".gitignore", "LICENSE",
-           "exercises", "pytest_pallas_hints", ".github/workflows/classroom.yml"]
+           "exercises", "pytest_pallas_hints", ".github/workflows/classroom.yml",
+           "gradescope"]
+WORKFLOW = ".github/workflows/classroom.yml"
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pallas_progress.json*")
 
 
@@ -40,7 +49,28 @@ def make_copy(kit: Path, out: Path) -> list[Path]:
         shutil.rmtree(out)
         raise SystemExit("refusing to make the copy: solution code found in\n  "
                          + "\n  ".join(leaks))
+    workflow = out / WORKFLOW
+    if workflow.exists():
+        listed = json.dumps(graded_files(out), sort_keys=True, separators=(",", ":"))
+        text = workflow.read_text(encoding="utf-8")
+        workflow.write_text(text.replace("PALLAS_GRADED: '{}'", f"PALLAS_GRADED: '{listed}'"),
+                            encoding="utf-8")
     return sorted(p for p in out.rglob("*") if p.is_file())
+
+
+def graded_files(copy: Path) -> dict[str, str]:
+    """Path -> git blob id of every file that decides a grade: all but the students'
+    exercises/<chapter>.py, the workflow itself (protected in Classroom) and the docs."""
+    chapters = {p.stem for p in (copy / "exercises" / "hints").glob("*.toml")}
+    graded = {}
+    for path in sorted(copy.rglob("*")):
+        relative = path.relative_to(copy).as_posix()
+        student = relative.startswith("exercises/") and path.suffix == ".py" \
+            and path.parent.name == "exercises" and path.stem in chapters
+        if path.is_file() and not student and relative not in (WORKFLOW, "README.md") \
+                and not relative.startswith(("gradescope/", ".")):
+            graded[relative] = blob_id(path.read_bytes())
+    return graded
 
 
 def solution_leaks(reference: Path, copy: Path) -> list[str]:

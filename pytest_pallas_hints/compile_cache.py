@@ -23,10 +23,10 @@ versions of JAX, jaxlib and the backend. It lives in pytest's cache folder
 (``.pytest_cache/d/pallas-xla``): ``pytest --cache-clear`` empties it, and
 ``-p no:cacheprovider`` (as the grading workflow runs) turns it off.
 
-``install`` wraps ``jax._src.compiler.compile_or_get_cached``, JAX's one
-entry point for compiling a lowered program. That function is private: where
-its signature is not the one expected, nothing is wrapped and compiles are
-merely slower.
+``install`` routes JAX's one entry point for compiling a lowered program
+through ``_compile`` (``jaxcompat.wrap_compiler``). That entry point is
+private: where its signature is not the one expected, nothing is wrapped and
+compiles are merely slower.
 """
 from __future__ import annotations
 
@@ -39,46 +39,30 @@ FAST_CPU_OPTIONS = (("xla_cpu_use_fusion_emitters", False),)
 PRUNE_ABOVE, PRUNE_TO = 256 << 20, 128 << 20   # bytes kept in the cache folder
 
 _state = {"directory": None, "fast_options": True,
-          "load_callbacks": True}  # False on a jaxlib that takes callbacks as capsules
+          "load_callbacks": True,  # False on a jaxlib that takes callbacks as capsules
+          "compiled": 0, "loaded": 0}  # programs with host callbacks, since the start
 
 
 def install(directory: Path | None) -> None:
     """From now on, compiles use the fast CPU options and the cache in
     ``directory`` (None: no cache). Safe to call again, e.g. by a second run in
-    one process."""
+    one process. Where JAX's compiler is not the one expected, nothing changes
+    and compiles are merely slower."""
     global _state
-    import inspect
+    from . import jaxcompat
 
-    from jax._src import compiler
-    from jax._src.lib import xla_client
-
-    original = compiler.compile_or_get_cached
-    if hasattr(original, "pallas_hints"):  # wrapped already, maybe by an earlier import
-        _state = original.pallas_hints     # of this module: share its state
+    shared = jaxcompat.wrap_compiler(_compile)
+    if shared is None:
+        return
+    if shared:                 # wrapped already, maybe by an earlier import of this module
+        _state = shared
+    else:
+        shared.update(_state)
+        _state = shared
+        _state["load_callbacks"] = jaxcompat.callbacks_load_as_objects()
     _state["directory"] = Path(directory) if directory else None
     if _state["directory"]:
         _prune(_state["directory"])
-    if hasattr(original, "pallas_hints"):
-        return
-    expected = ["backend", "computation", "devices", "compile_options", "host_callbacks",
-                "executable_devices"]
-    if list(inspect.signature(original).parameters)[:6] != expected:
-        return  # a JAX this module does not know: compile as JAX does
-
-    def compile_or_get_cached(backend, computation, devices, compile_options,
-                              host_callbacks, executable_devices, *rest, **kw):
-        def compile(options):
-            return original(backend, computation, devices, options, host_callbacks,
-                            executable_devices, *rest, **kw)
-
-        return _compile(backend, computation, compile_options, host_callbacks,
-                        executable_devices, compile)
-
-    # jaxlib < 0.9 takes callbacks as capsules only: keep programs without them
-    _state["load_callbacks"] = "Callable" in (xla_client.Client.deserialize_executable.__doc__
-                                              or "Callable")
-    compile_or_get_cached.pallas_hints = _state
-    compiler.compile_or_get_cached = compile_or_get_cached
 
 
 def uninstall() -> None:
@@ -87,6 +71,8 @@ def uninstall() -> None:
 
 
 def _compile(backend, computation, options, callbacks, executable_devices, compile):
+    from . import jaxcompat
+
     if backend.platform != "cpu":
         return compile(options)
     if _state["fast_options"]:
@@ -95,9 +81,10 @@ def _compile(backend, computation, options, callbacks, executable_devices, compi
     path = _entry(backend, computation, options) if keep else None
     if path is not None and path.exists():
         try:
-            executable = backend.deserialize_executable(
-                path.read_bytes(), executable_devices, options, host_callbacks=list(callbacks))
+            executable = jaxcompat.load_executable(backend, path.read_bytes(),
+                                                   executable_devices, options, callbacks)
             os.utime(path)  # most recently used, for pruning
+            _state["loaded"] += 1
             return executable
         except TypeError:  # JAX < 0.9 wants callbacks wrapped as capsules: keep none
             _state["load_callbacks"] = False
@@ -113,17 +100,19 @@ def _compile(backend, computation, options, callbacks, executable_devices, compi
         options.env_option_overrides = [o for o in options.env_option_overrides
                                         if o not in FAST_CPU_OPTIONS]
         return _compile(backend, computation, options, callbacks, executable_devices, compile)
+    _state["compiled"] += bool(callbacks)
     if path is not None:
         _store(path, backend, executable)
     return executable
 
 
-def passed_before(check: str, jaxpr) -> Path | None:
-    """The file that marks ``check`` as passed for this exact traced program
-    (see ``record``), or None where nothing is kept."""
+def passed_before(check: str, description: str) -> Path | None:
+    """The file that marks ``check`` as passed for the program described by
+    ``description`` (``Program.describe()``; see ``record``), or None where nothing
+    is kept."""
     if not _state["directory"]:
         return None
-    return _state["directory"] / f"{_key(check, *_describe(jaxpr))}.passed"
+    return _state["directory"] / f"{_key(check, description)}.passed"
 
 
 def record(mark: Path | None) -> None:
@@ -136,42 +125,13 @@ def record(mark: Path | None) -> None:
             pass
 
 
-def _describe(x):
-    """Text for everything in a jaxpr: its printout, plus every field of the
-    parameters the printout abbreviates (a pallas_call's GridMapping omits its
-    index maps, for one). An object whose repr names a memory address makes the
-    key differ from run to run: a miss, never a false hit."""
-    import dataclasses
-
-    from jax._src import core
-
-    if isinstance(x, (core.Jaxpr, core.ClosedJaxpr)):
-        yield str(x)
-        for eqn in (x.jaxpr if isinstance(x, core.ClosedJaxpr) else x).eqns:
-            for name, value in sorted(eqn.params.items()):
-                yield name
-                yield from _describe(value)
-    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
-        yield type(x).__qualname__
-        for field in dataclasses.fields(x):
-            yield field.name
-            yield from _describe(getattr(x, field.name))
-    elif isinstance(x, (tuple, list)):
-        yield f"{type(x).__name__}[{len(x)}]"
-        for item in x:
-            yield from _describe(item)
-    else:
-        yield repr(x)
-
-
 def _entry(backend, computation, options) -> Path | None:
     """The cache file for this program, or None where it cannot be keyed."""
     try:
-        from jax._src.interpreters import mlir
+        from .jaxcompat import program_text
 
         key = _key(backend.platform, backend.platform_version, os.environ.get("XLA_FLAGS", ""),
-                   options.SerializeAsString(),
-                   mlir.module_to_string(computation, enable_debug_info=False))
+                   options.SerializeAsString(), program_text(computation))
         return _state["directory"] / f"{key}.xla"
     except Exception:
         return None
@@ -191,8 +151,9 @@ def _key(*parts: str | bytes) -> str:
 def _store(path: Path, backend, executable) -> None:
     """Writes atomically (pytest -n 2 runs two writers); a failure only costs speed."""
     try:
-        data = (executable.serialize() if hasattr(executable, "serialize")
-                else backend.serialize_executable(executable))
+        from .jaxcompat import serialize_executable
+
+        data = serialize_executable(backend, executable)
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
             f.write(data)

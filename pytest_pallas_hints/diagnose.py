@@ -29,6 +29,7 @@ class Finding:
     says: str = ""
     facts: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     where: str = ""  # "exercises/basics.py:12" when a source line is known
+    detail: str = ""  # what exactly: the primitive of an "outside" finding
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -36,7 +37,8 @@ class Finding:
     @classmethod
     def from_dict(cls, data: dict) -> "Finding":
         return cls(kind=data["kind"], says=data["says"],
-                   facts=[tuple(f) for f in data["facts"]], where=data["where"])
+                   facts=[tuple(f) for f in data["facts"]], where=data["where"],
+                   detail=data.get("detail", ""))
 
 
 # ---------------------------------------------------------------- arrays ---
@@ -259,13 +261,20 @@ class _BlockGrid:
         return padded.reshape(split).any(axis=tuple(range(1, 2 * len(self.shape), 2)))
 
     def carried(self, y: np.ndarray, e: np.ndarray, tolerance: float) -> bool:
-        """Each block (in grid order) equals its expected value plus the previous block's."""
-        if any(s % b for s, b in zip(self.shape, self.blocks)) or self.count < 2:
+        """Each block (in grid order) equals its expected value plus the previous block's.
+
+        A partial block (past the array's edge) is compared where both blocks have
+        values: the kernel's buffer carried the rest, which the output never shows."""
+        if self.count < 2:
             return False
-        order = [tuple(slice(i * b, (i + 1) * b) for i, b in zip(ix, self.blocks))
+        order = [tuple(slice(i * b, min((i + 1) * b, s))
+                       for i, b, s in zip(ix, self.blocks, self.shape))
                  for ix in np.ndindex(*self.counts)]
         wrong_later = False
         for before, now in zip(order, order[1:]):
+            common = tuple(min(a.stop - a.start, b.stop - b.start) for a, b in zip(before, now))
+            before, now = (tuple(slice(sl.start, sl.start + n) for sl, n in zip(block, common))
+                           for block in (before, now))
             if not close(y[now], e[now] + y[before], tolerance).all():
                 return False
             wrong_later |= not close(y[now], e[now], tolerance).all()
@@ -311,8 +320,11 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
     ``frames``: (filename, line number, source line) of the traceback, outermost
     first; the innermost frame in a chapter file is the learner's line.
     """
-    text = f"{type(error).__name__}: {error}"
+    text = _without_bug_report(f"{type(error).__name__}: {error}")
     where, code = _learner_line(frames, root, chapter_files)
+    if getattr(error, "pallas_where", None) and (isinstance(error, AssertionError) or not where):
+        where, code = _learner_line([(*error.pallas_where, "")], root, chapter_files)
+        code = code or _source_line(error.pallas_where)
     kind = type(error).__name__
     text = _kernel_arg_names(text)
     for pattern, name, says in _ERRORS:
@@ -336,14 +348,54 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
             where, _ = _learner_line([(found[2], int(found[3]), "")], root, chapter_files)
             finding.where, code = where, f"def {found[1]}(...)"
     if finding.kind == "race":
-        sites = re.findall(r"(\S+\.py):(\d+)(?::\d+)? \((\w+)\)", text)
+        # The function is a qualified name: "kernel.<locals>.body" for a fori_loop body.
+        sites = re.findall(r"(\S+\.py):(\d+)(?::\d+)? \(([\w.<>]+)\)", text)
         finding.facts.append(("race", "\n".join(
-            f"{Path(f).name}:{line} in {fn}()" for f, line, fn in dict.fromkeys(sites))))
+            f"{Path(f).name}:{line} in {fn.rsplit('.', 1)[-1]}()"
+            for f, line, fn in dict.fromkeys(sites))))
     elif finding.kind == "broken_chapter":
-        finding.facts.append(("import", str(error)))
+        rule = type(error).__name__ == "ChapterRuleBroken"
+        finding.facts.append(("rule" if rule else "import", str(error)))
     elif where and code:
         finding.facts.append(("at", f"{where}   {code.strip()}"))
     return finding
+
+
+def kit_error(error: BaseException, frames: list[tuple[str, int, str]]) -> Finding:
+    """A failure of the kit's own machinery, said as such: what failed, where in the
+    kit, and what to report."""
+    from . import jaxcompat
+
+    step = getattr(error, "step", None)
+    cause = getattr(error, "error", error)
+    where = next((f"{Path(f).parent.name}/{Path(f).name}:{line}" for f, line, _ in
+                  reversed(frames) if Path(f).parent.name == "pytest_pallas_hints"
+                  or Path(f).name.startswith("test_")), "")
+    message = f"{type(cause).__name__}: {cause}"
+    facts = [("raised", message if len(message) < 300 else message[:297] + "...")]
+    if where:
+        facts.append(("in", where + (f" ({step})" if step else "")))
+    versions = f"JAX {jaxcompat.installed('jax')}, jaxlib {jaxcompat.installed('jaxlib')}"
+    return Finding("kit_error", (
+        f"this is a problem in the exercise kit, not in your code: "
+        f"{step or 'a check'} failed on {versions}. Your answer was not judged. Please "
+        "report it to the kit's maintainers with this message and the output of "
+        "`pip show jax jaxlib pallas-exercises`; the other tests still count."), facts=facts)
+
+
+def _without_bug_report(text: str) -> str:
+    """JAX's "please file a bug" wrapper and MLIR dumps off a lowering error: what is
+    left is the rule the kernel broke."""
+    text = re.sub(r"Pallas encountered an internal verification error\. Please file a bug "
+                  r"at \S+\.? ?(?:Error details: )?", "", text)
+    return re.sub(r"\s*see current operation:.*", "", text, flags=re.S)
+
+
+def _source_line(where: tuple[str, int]) -> str:
+    try:
+        return Path(where[0]).read_text(encoding="utf-8").splitlines()[where[1] - 1]
+    except (OSError, IndexError):
+        return ""
 
 
 def _out_of_bounds(block: str, name: str, step: str) -> str:
@@ -390,7 +442,7 @@ def _readable(text: str) -> str:
 
 _QUIET = {"not_started"}                       # one line, no facts
 _SELF_EXPLAINED = {"traced_if", "traced_index_map", "race", "hang", "broken_chapter",
-                   "lowering"}
+                   "lowering", "lowering_tiling"}
 
 
 def _line_at(text: str, position: int) -> str:
@@ -418,6 +470,9 @@ def _learner_line(frames, root, chapter_files):
 # (regex over "Type: message", kind, sentence with {0}.. from the regex groups)
 _ERRORS = [
     (r"^NotImplementedError", "not_started", "not started"),
+    (r"^ChapterRuleBroken", "broken_chapter",
+     "this chapter's file breaks the rule for exercise files, so none of its puzzles "
+     "run: change the line named above (the other chapters still run)."),
     (r"^ChapterImportError", "broken_chapter",
      "this chapter's file does not import, so none of its puzzles can run: fix the line "
      "named above (the other chapters still run)."),
@@ -464,13 +519,22 @@ _ERRORS = [
      "output {0} goes back to a block it left earlier (at grid step {1}): its first "
      "result was already written back and would be overwritten. The steps that write "
      "one output block must be consecutive: put the reduction axis last in the grid."),
-    (r"(?:IndexError|out of bounds|Out-of-bounds)", "out_of_bounds",
-     "a read past the end of a buffer: check the slice bounds against the ref's shape."),
+    (r"Out-of-bounds read of .*?: reading \[(.*?)\] but buffer has shape (\([^)]*\))",
+     "out_of_bounds_ref",
+     "a read past the end of a buffer inside the kernel: it reads {0} of a ref of shape "
+     "{1}. A slice, or a loop bound that runs one step too far?"),
+    (r"(?:IndexError|out of bounds|Out-of-bounds)", "out_of_bounds_ref",
+     "a read past the end of a buffer: check the slice bounds and loop bounds against "
+     "the ref's shape."),
     (r"^LoweringFailed.*divisible by 8 and 128.*?for (\S+) in pallas_call.*?block shape "
-     r"(\(.*?\)), array shape (\(.*?\))", "lowering",
+     r"(\(.*?\)), array shape (\(.*?\))", "lowering_tiling",
      "this would not compile for a TPU: the last two dims of a block must be multiples "
      "of (8, 128), or equal the array's dims. {0} has block {1} on an array of shape "
      "{2}."),
+    (r"^LoweringFailed.*Expected matmul acc to be 32-bit", "lowering_matmul_acc",
+     "this would not compile for a TPU: its MXU adds up a matmul in 32 bits, so a dot "
+     "of bf16 blocks must return float32 (jnp.dot(..., preferred_element_type="
+     "jnp.float32)); cast where you store, not in the dot."),
     (r"^LoweringFailed: does not lower for TPU: (.*)", "lowering",
      "this runs in interpret mode but would not compile for a TPU: {0}"),
 ]
@@ -482,19 +546,21 @@ def render(findings: list[Finding], words: dict[str, str] | None = None,
            output: str | None = None) -> list[str]:
     """Fact rows, then one ``diagnosis`` sentence for the most specific finding (the
     first): the puzzle's own words for its kind if it has them ("kind:output", e.g.
-    "blocks:dq", before "kind"), else the engine's."""
+    "blocks:dq", or "kind:detail", e.g. "outside:rev", before "kind"), else the
+    engine's."""
     if not findings:
         return []
     rows = [row for f in findings for row in f.facts]
     first, words = findings[0], words or {}
-    chosen = words.get(f"{first.kind}:{output}", words.get(first.kind, first.says))
+    keys = [f"{first.kind}:{output}", f"{first.kind}:{first.detail}", first.kind]
+    chosen = next((words[k] for k in keys if k in words), first.says)
     lines = []
     for label, text in rows + [("diagnosis", chosen)]:
         lines += _row(label, text)
     return lines
 
 
-_UNWRAPPED = {"blocks", "at", "race"}
+_UNWRAPPED = {"blocks", "at", "race", "waits", "started", "in flight"}   # file:line   code
 
 
 def _row(label: str, text: str) -> list[str]:

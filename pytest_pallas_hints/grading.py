@@ -94,6 +94,24 @@ def classroom_result(graded: list[Graded], run_completed: bool) -> str:
     return base64.b64encode(json.dumps(data).encode()).decode()
 
 
+def nothing_ran_classroom(chapters: dict[str, Chapter]) -> str:
+    """The result before (or without) a finished run: an error, every puzzle 0."""
+    data = {"version": 1, "status": "error",
+            "max_score": sum(c.points for c in chapters.values()),
+            "tests": [{"name": f"{p.id} · {p.title}", "status": "error", "score": 0,
+                       "message": "the grading run did not finish", "test_code": "",
+                       "filename": "", "line_no": 0, "duration": 0}
+                      for c in chapters.values() for p in c.puzzles]}
+    return base64.b64encode(json.dumps(data).encode()).decode()
+
+
+def nothing_ran_gradescope(chapters: dict[str, Chapter]) -> str:
+    return json.dumps({"score": 0, "output": "the grading run did not finish", "tests": [
+        {"name": f"{p.id} · {p.title}", "score": 0, "max_score": p.points,
+         "status": "failed", "output": "the grading run did not finish",
+         "visibility": "visible"} for c in chapters.values() for p in c.puzzles]}, indent=1)
+
+
 def gradescope_results(graded: list[Graded], execution_time: float, output: str) -> dict:
     """Gradescope's results.json: the total and one test per puzzle."""
     return {

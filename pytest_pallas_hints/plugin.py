@@ -18,6 +18,7 @@ never imports JAX at import time.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -27,7 +28,12 @@ from pathlib import Path
 
 import pytest
 
-from . import catalogue, chapters, compile_cache, diagnose, grading, scoreboard
+from . import catalogue, chapters, compile_cache, grading, jaxcompat, scoreboard
+
+try:
+    from . import diagnose
+except ImportError:  # no NumPy: nothing installed yet, and pytest_configure says so
+    diagnose = None
 
 HARDWARE_MARKS = ("tpu", "gpu")
 DEFAULT_TIMEOUT = 120.0
@@ -59,6 +65,11 @@ def pytest_addoption(parser):
         "--gradescope-results", default=None, metavar="PATH",
         help="write Gradescope's results.json (one test per puzzle) to PATH.")
     group.addoption(
+        "--seed", default=None, metavar="N",
+        help="the session's seed: every test draws its inputs from a seed derived from "
+             "it and the test's id. Default: a fresh seed each run (printed with every "
+             "failure, so that `--seed N -k test` replays it).")
+    group.addoption(
         "--pallas-patch", action="append", default=[], metavar="FILE",
         help="(kit maintainers) load FILE over its chapter module, e.g. a known "
              "mistake from tests/mistakes/<chapter>/, to check it is diagnosed.")
@@ -81,9 +92,13 @@ def pytest_configure(config):
     if config.getoption("pallas_timeout") < 0:
         raise pytest.UsageError("--pallas-timeout: give a number of seconds >= 0 "
                                 "(0 turns the time bound off).")
+    seed = _seed_option(config)
     root = Path(config.rootpath)
     if not catalogue.is_kit(root):
         return
+    why = jaxcompat.unsupported(jaxcompat.installed("jax"))
+    if why:
+        raise pytest.UsageError(why)
     if config.getoption("reference") and not (root / "reference").is_dir():
         raise pytest.UsageError("--reference: this copy of the kit has no reference/ "
                                 "folder (a classroom copy ships without solutions).")
@@ -93,7 +108,9 @@ def pytest_configure(config):
         raise pytest.UsageError(str(error)) from None
     chapters.configure("reference" if config.getoption("reference") else "exercises",
                        config.getoption("pallas_patch"))
-    config.pluginmanager.register(PallasRun(config, root, kit, hint), "pallas-run")
+    config.pluginmanager.register(PallasRun(config, root, kit, hint, seed), "pallas-run")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistSeed(seed), "pallas-xdist-seed")
 
 
 def pytest_unconfigure(config):
@@ -103,10 +120,39 @@ def pytest_unconfigure(config):
 
 @pytest.fixture
 def rng(request):
-    """Seeded input generator for one test; the seed appears in failure reports."""
+    """Inputs for one test, from a seed derived from the session's seed and the test's
+    id (fresh every run; `--seed N` replays one)."""
     from .checking import Rng
 
-    return Rng.for_test(request.node.name)
+    return Rng.for_test(request.node.nodeid, request.config.stash.get(_SEED, 0))
+
+
+class _XdistSeed:
+    """Hands the controller's session seed to every xdist worker."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def pytest_configure_node(self, node):
+        node.workerinput["pallas_seed"] = self.seed
+
+
+def _seed_option(config) -> int:
+    """The session seed: --seed N, the controller's (under xdist), or a fresh one."""
+    import random
+
+    workerinput = getattr(config, "workerinput", None)
+    value = config.getoption("seed")
+    if workerinput is not None and "pallas_seed" in workerinput:
+        seed = int(workerinput["pallas_seed"])
+    elif value is None:
+        seed = random.SystemRandom().randrange(100_000)
+    elif value.isdigit():
+        seed = int(value)
+    else:
+        raise pytest.UsageError(f"--seed={value}: give a whole number >= 0, e.g. --seed 1234.")
+    config.stash[_SEED] = seed
+    return seed
 
 
 def _hint_option(value):
@@ -123,8 +169,8 @@ def _hint_option(value):
 class PallasRun:
     """The hooks that act in a run of the kit's tests (registered by pytest_configure)."""
 
-    def __init__(self, config, root: Path, kit: dict, hint):
-        self.config, self.root, self.kit, self.hint = config, root, kit, hint
+    def __init__(self, config, root: Path, kit: dict, hint, seed: int):
+        self.config, self.root, self.kit, self.hint, self.seed = config, root, kit, hint, seed
         self.puzzles = catalogue.puzzles(kit)
         # a classroom copy ships no reference/, so no third hint (the solution)
         self.levels = catalogue.HINT_LEVELS - (not (root / "reference").is_dir())
@@ -136,10 +182,12 @@ class PallasRun:
         self.progress, self.warning = None, None
         self.runs: dict[str, scoreboard.PuzzleRun] = {}
         self.newly_solved: list[str] = []
-        self.hardware: dict[str, int] = {}      # hardware-only tests skipped, per kind
+        self.solved_again: list[str] = []        # solved before, broken since, solved now
+        self.skipped: dict = {}                 # what did not count, per reason
         self.hint_levels: dict[str, list[int]] = {}
         self.broken_files: dict[str, str] = {}   # chapter -> why its tests did not collect
         self.started = time.monotonic()
+        self._start_grades()
 
     # -- collection: how many tests each puzzle has, before -k deselects any
     @pytest.hookimpl(tryfirst=True)
@@ -171,7 +219,7 @@ class PallasRun:
             pytest.skip(f"needs a {kind.upper()}: none detected here "
                         f"(jax.devices() shows {', '.join(sorted(self.platforms))})")
 
-    # -- call: races and hangs become failures
+    # -- call: races and hangs become failures; gpu tests run on the GPU
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item):
         if not (_puzzle_of(item) or "exercises" in item.path.parts):
@@ -179,7 +227,8 @@ class PallasRun:
         from . import runtime
 
         __tracebackhide__ = True
-        with runtime.watch(self.timeout):
+        on_gpu = runtime.on_gpu() if _hardware_mark(item) == "gpu" else contextlib.nullcontext()
+        with runtime.watch(self.timeout), on_gpu:
             return (yield)
 
     # -- makereport: every failure of a puzzle test becomes findings
@@ -189,19 +238,32 @@ class PallasRun:
         puzzle_id = _puzzle_of(item)
         if not puzzle_id or not (report.when == "call" or report.failed or report.skipped):
             return report
+        uses_rng = "rng" in getattr(item, "fixturenames", ())
         data = {"puzzle": puzzle_id, "nodeid": report.nodeid, "of": item.stash.get(_COUNT, 0),
                 "outcome": report.outcome, "when": report.when, "config": _config_label(item),
                 "location": list(report.location[:2]), "duration": report.duration,
-                "seed": getattr(item.funcargs.get("rng"), "seed", None),
+                "seed": self.seed if uses_rng else None, "test": item.originalname
+                if hasattr(item, "originalname") else item.name,
                 "needs": _hardware_mark(item) if report.skipped else None}
+        if report.skipped and call.excinfo is not None \
+                and isinstance(call.excinfo.value, jaxcompat.CannotVerify):
+            data["unverifiable"] = call.excinfo.value.feature
         if report.failed and call.excinfo is not None:
             findings, dtype, output = _findings(call.excinfo, self.root)
             data.update(findings=[f.to_dict() for f in findings], dtype=dtype, output=output,
                         printed=_last_lines(report.capstdout))
+            data["kit_error"] = findings[0].kind == "kit_error"
             if not self.raw:
                 report.longrepr = "\n".join(self._failure_lines(data))
         report.pallas = data
         return report
+
+    def pytest_report_teststatus(self, report, config):
+        """A failure of the kit's own machinery is an error, not a wrong answer."""
+        data = getattr(report, "pallas", None)
+        if data and data.get("kit_error") and report.failed:
+            return "error", "E", "KIT ERROR"
+        return None
 
     def pytest_runtest_logreport(self, report):
         data = getattr(report, "pallas", None)
@@ -216,18 +278,21 @@ class PallasRun:
 
     # -- sessionfinish: fold this run into the progress file; write grading files
     def pytest_sessionfinish(self, session, exitstatus):
-        if self._is_worker() or not (self.reports or self.broken_files):
+        if self._is_worker():
             return
         self.progress, self.warning = scoreboard.load(self.root)
-        self.runs, self.hardware = scoreboard.tally(self.reports)
-        self.hint_levels = self._hint_levels()
+        self.runs, self.skipped = scoreboard.tally(self.reports)
         self._write_grades(exitstatus)
+        if not (self.reports or self.broken_files):
+            return
+        self.hint_levels = self._hint_levels()
         if self.reference:
             return
         stored = self.progress["puzzles"]
         self.newly_solved = [pid for pid in self.puzzles if pid in self.runs
                              and self.runs[pid].status == "solved"
                              and stored.get(pid, {}).get("status") != "solved"]
+        self.solved_again = [pid for pid in self.newly_solved if stored.get(pid, {}).get("won")]
         chapter_of = {pid: p.chapter for pid, p in self.puzzles.items()}
         scoreboard.record(self.progress, self.runs, chapter_of,
                           datetime.date.today().isoformat())
@@ -236,6 +301,16 @@ class PallasRun:
         except OSError as error:
             self.warning = f"pallas: could not save progress ({error})"
 
+    def _start_grades(self):
+        """A result exists from the start: an error with 0 points, replaced at the end
+        of the run; a run that dies on the way leaves it (never a stale file)."""
+        for option, write in (("classroom_result", grading.nothing_ran_classroom),
+                              ("gradescope_results", grading.nothing_ran_gradescope)):
+            path = self.config.getoption(option)
+            if path and not self._is_worker():
+                Path(path).unlink(missing_ok=True)
+                Path(path).write_text(write(self.kit) + "\n")
+
     def _write_grades(self, exitstatus):
         classroom = self.config.getoption("classroom_result")
         gradescope = self.config.getoption("gradescope_results")
@@ -243,12 +318,13 @@ class PallasRun:
             return
         graded = grading.grade(self.kit, self.runs, self.reports, self.broken_files,
                                lambda run: "\n".join(self._puzzle_lines(run)), self._command)
-        completed = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+        completed = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) \
+            and bool(self.reports or self.broken_files)
         if classroom:
             Path(classroom).write_text(grading.classroom_result(graded, completed) + "\n")
         if gradescope:
-            board = scoreboard.render(self.kit, self.progress, self.runs, self.hardware,
-                                      self._command)
+            board = scoreboard.render(self.kit, self.progress, self.runs, self.skipped,
+                                      self._command, jax_version=_jax_version())
             results = grading.gradescope_results(graded, time.monotonic() - self.started,
                                                  "\n".join(board))
             Path(gradescope).write_text(json.dumps(results, indent=1) + "\n")
@@ -267,12 +343,15 @@ class PallasRun:
 
     def _write_summary(self, tr):
         failing = [p for p in self.puzzles.values()
-                   if p.id in self.runs and self.runs[p.id].failed]
+                   if p.id in self.runs and (self.runs[p.id].failed or self.runs[p.id].kit_errors)]
         if self.warning:
             tr.write_line(self.warning, yellow=True)
         for puzzle_id in self.newly_solved:
-            tr.write_line(f"✓ {puzzle_id}  solved · +{self.puzzles[puzzle_id].points} points",
-                          green=True)
+            points = self.puzzles[puzzle_id].points
+            tr.write_line(f"✓ {puzzle_id}  " + ("solved again" if puzzle_id in self.solved_again
+                                                else f"solved · +{points} points"), green=True)
+        if self.hint is not None and not failing:
+            self._no_hint_needed(tr)
         if failing:
             id_width = max(len(p.id) for p in failing)
             tr.write_sep("=", "Pallas puzzles", red=True)
@@ -297,20 +376,33 @@ class PallasRun:
         title = "Pallas exercises (reference solutions)" if self.reference else "Pallas exercises"
         tr.write_sep("-", "progress")
         for i, line in enumerate(scoreboard.render(self.kit, self.progress, self.runs,
-                                                   self.hardware, self._command, title)):
+                                                   self.skipped, self._command, title,
+                                                   _jax_version())):
             tr.write_line(line, bold=i == 0)
 
     # -- the pieces
+    def _no_hint_needed(self, tr) -> None:
+        """--hint on puzzles that all pass: say so, and name the next puzzle."""
+        solved = [pid for pid, run in self.runs.items() if run.status == "solved"]
+        if not solved:
+            return
+        unsolved = [p for p in self.puzzles.values()
+                    if self.progress["puzzles"].get(p.id, {}).get("status") != "solved"
+                    and (p.id not in self.runs or self.runs[p.id].status != "solved")]
+        following = next((p for p in unsolved if p.chapter == self.puzzles[solved[0]].chapter),
+                         unsolved[0] if unsolved else None)
+        tr.write_line(f"✓ {', '.join(solved)}: solved, so no hint needed."
+                      + (f" Next: {self._command(following, hint=False)}" if following else
+                         " Every puzzle is solved."), green=True)
+
     def _broken_lines(self, chapter: str) -> list[str]:
         """A chapter file that does not import: one block, not one per puzzle."""
         first = next(self.runs[p.id].first_failure for p in self.kit[chapter].puzzles
                      if p.id in self.runs and self.runs[p.id].status == "broken")
         finding = diagnose.Finding.from_dict(first["findings"][0])
         count = len(self.kit[chapter].puzzles)
-        return [f"✗ {chapter}  (all {count} puzzles)"] + ["  " + line for line in diagnose.render(
-            [diagnose.Finding("broken_chapter", facts=finding.facts, says=(
-                f"none of this chapter's {count} puzzles can run until its file imports: "
-                "fix that line and run again (the other chapters still run)."))])]
+        return [f"✗ {chapter}  (all {count} puzzles)"] + [
+            "  " + line for line in diagnose.render([finding])]
 
     def _puzzle_lines(self, run, id_width: int = 0) -> list[str]:
         """A failing puzzle: its first failure in full, then the other failing configs."""
@@ -326,21 +418,31 @@ class PallasRun:
         puzzle = self.puzzles[data["puzzle"]]
         findings = [diagnose.Finding.from_dict(f) for f in data.get("findings", [])]
         if findings and findings[0].kind == "not_started":
-            return [f"· {puzzle.id:<{id_width}}  not started"
+            return [f"· {puzzle.id:<{id_width}}  {self._how_far(puzzle, findings[0].where)}"
                     + self._stubs_to_edit(puzzle, findings[0].where)]
         label = ", ".join(str(x) for x in (data.get("config"), data.get("dtype"),
                                            data.get("seed") is not None and
                                            f"seed {data['seed']}") if x)
-        head = f"✗ {puzzle.id}" + (f" · {data['output']}" if data.get("output") else "")
+        kit_error = bool(data.get("kit_error"))
+        head = (f"! {puzzle.id}  kit problem" if kit_error else f"✗ {puzzle.id}"
+                + (f" · {data['output']}" if data.get("output") else ""))
         lines = [f"{head}  [{label}]" if label else head]
-        lines += ["  " + line for line in diagnose.render(findings, puzzle.say,
-                                                          data.get("output"))]
+        lines += ["  " + line for line in diagnose.render(
+            findings, None if kit_error else puzzle.say, data.get("output"))]
         if data.get("printed"):  # the learner's own print() debugging
             lines += [f"  {'printed' if n == 0 else '':<{diagnose.LABEL_WIDTH}}{text}"
                       for n, text in enumerate(data["printed"])]
-        if self.hint is None:
+        if data.get("seed") is not None:
+            lines.append(f"  {'replay':<{diagnose.LABEL_WIDTH}}{self._replay(data)}")
+        if self.hint is None and not kit_error:
             lines.append(f"  {'more':<{diagnose.LABEL_WIDTH}}{self._more(puzzle)}")
         return lines
+
+    def _replay(self, data: dict) -> str:
+        """The command that runs this test again on the same inputs."""
+        test_file = self.root / data["nodeid"].split("::")[0]
+        return (f"pytest {_relative(test_file, self.config)} --seed {data['seed']} "
+                f"-k {data['test']}")
 
     def _more(self, puzzle) -> str:
         """The command for the next hint, or for all of them once each was seen."""
@@ -349,6 +451,13 @@ class PallasRun:
             return f"{self._command(puzzle)}   (hint {stored + 1} of {self.levels})"
         return (f"{self._command(puzzle, hint=False)} --hint={self.levels}"
                 f"   (all {self.levels} hints again)")
+
+    def _how_far(self, puzzle, where: str) -> str:
+        """"not started", or "unfinished" once one of the puzzle's functions is written."""
+        path = where.rpartition(":")[0]
+        stubs = chapters.stubs(self.root / path) if path else {}
+        return "unfinished" if stubs and any(name not in stubs for name in puzzle.edit) \
+            else "not started"
 
     def _stubs_to_edit(self, puzzle, where: str) -> str:
         """' — edit exercises/basics.py:60 add_one(), :44 add_one_kernel()': the stub
@@ -359,7 +468,8 @@ class PallasRun:
         stubs = chapters.stubs(self.root / path)
         by_line = {n: name for name, n in stubs.items()}
         raised = by_line.get(int(line))
-        owner = next((p for p in self.puzzles.values() if raised in p.edit), puzzle)
+        owner = next((p for p in self.puzzles.values()  # a puzzle of the same file
+                      if p.chapter == puzzle.chapter and raised in p.edit), puzzle)
         todo = [(int(line), raised, owner)] + [
             (stubs[name], name, puzzle) for name in puzzle.edit
             if name in stubs and name != raised]
@@ -403,8 +513,8 @@ class PallasRun:
                 + (" --hint" if hint else ""))
 
     def _every_failure_is_diagnosed(self, tr) -> bool:
-        failed = tr.stats.get("failed", [])
-        return (not self.raw and bool(failed) and not tr.stats.get("error")
+        failed = tr.stats.get("failed", []) + tr.stats.get("error", [])
+        return (not self.raw and bool(failed)
                 and all(getattr(r, "pallas", None) for r in failed))
 
     def _is_worker(self) -> bool:
@@ -412,6 +522,7 @@ class PallasRun:
 
 
 _COUNT = pytest.StashKey[int]()
+_SEED = pytest.StashKey[int]()
 
 
 def _puzzle_of(item) -> str | None:
@@ -430,15 +541,46 @@ def _config_label(item) -> str:
 
 def _findings(excinfo, root: Path):
     """Findings for a failed test's exception, the expected dtype and the name of
-    the output compared ("dx"), where known."""
+    the output compared ("dx"), where known. A failure of the kit itself is one
+    finding, kind "kit_error", never a diagnosis of the learner's code."""
     error = excinfo.value
-    if callable(getattr(error, "findings", None)):  # Mismatch, TooMuchTraffic
-        expected = getattr(error, "expected", None)
-        name = getattr(error, "name", "output")
-        return (error.findings(), str(expected.dtype) if expected is not None else None,
-                None if name == "output" else name)
     frames = [(f.filename, f.lineno, f.line or "") for f in traceback.extract_tb(excinfo.tb)]
-    return [diagnose.explain(error, frames, root)], None, None
+    try:
+        if _kit_fault(error, frames):
+            return [diagnose.kit_error(error, frames)], None, None
+        if callable(getattr(error, "findings", None)):  # Mismatch, TooMuchTraffic
+            expected = getattr(error, "expected", None)
+            name = getattr(error, "name", "output")
+            return (error.findings(), str(expected.dtype) if expected is not None else None,
+                    None if name == "output" else name)
+        return [diagnose.explain(error, frames, root)], None, None
+    except Exception as broken:  # the diagnosis itself failed: the kit's fault too
+        return [diagnose.kit_error(broken, frames)], None, None
+
+
+def _kit_fault(error: BaseException, frames) -> bool:
+    """Whether a failure is the kit's, not the learner's: a KitError, or an
+    exception (not a verdict) whose innermost frame in kit or chapter code is the
+    kit's (its plugin, or a test file)."""
+    from . import checking, runtime
+
+    if isinstance(error, checking.KitError):
+        return True
+    if isinstance(error, (AssertionError, NotImplementedError, chapters.ChapterImportError,
+                          runtime.KernelTimeout)) or getattr(error, "pallas_learner", False):
+        return False
+    for filename, _, _ in reversed(frames):
+        path = Path(filename)
+        if path.parent.name == "pytest_pallas_hints" or (
+                path.parent.name in ("exercises", "tests") and path.name.startswith("test_")):
+            return True
+        if path.parent.name in ("exercises", "reference") or path.parent.parent.name == "mistakes":
+            return False
+    return False
+
+
+def _jax_version() -> str:
+    return jaxcompat.installed("jax") or "?"
 
 
 def _last_lines(text: str, count: int = 8) -> list[str]:

@@ -3,14 +3,14 @@
 Where no TPU is present every kernel runs in Pallas's TPU interpret mode, set
 once for the whole process, so learner code calls ``pl.pallas_call`` with no
 ``interpret=`` argument exactly as on a TPU. The interpreter is configured to
-make the bugs that are silent on hardware loud on a laptop:
+make the bugs that are silent on hardware loud on a laptop
+(``jaxcompat.interpret_params``): races reported, fresh buffers NaN,
+out-of-bounds reads an error.
 
-* ``detect_races``: a read and a write of one buffer that nothing orders (a
-  DMA destination read before its ``wait()``) is reported;
-* ``uninitialized_memory="nan"``: scratch and output buffers start as NaN,
-  so a missing initialisation poisons the result instead of reading zeros;
-* ``out_of_bounds_reads="raise"``: an index map pointing past the array is
-  an error, not garbage.
+Verdicts are the same on every machine: where JAX's default device is a GPU,
+everything but ``gpu``-marked tests runs on the CPU (a GPU would compute the
+plain-JAX expected values with TF32 matmuls, and interpret mode has nothing to
+gain from it).
 
 XLA's optimisation passes are switched off alongside: compile time dominates
 a test in interpret mode.
@@ -24,8 +24,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 import threading
+
+from . import jaxcompat
 
 # Lets the kit's own tests pretend a TPU or GPU is present: "tpu", "gpu", "cpu".
 PLATFORM_OVERRIDE_ENV = "PALLAS_HINTS_PLATFORMS"
@@ -62,46 +63,44 @@ def platforms() -> frozenset[str]:
     return frozenset("gpu" if k in ("cuda", "rocm") else k for k in kinds)
 
 
-def interpret_params():
-    from jax.experimental.pallas import tpu as pltpu
-
-    return pltpu.InterpretParams(
-        detect_races=True,
-        uninitialized_memory="nan",
-        out_of_bounds_reads="raise",
-    )
-
-
 def use_interpret_mode(on: bool) -> None:
-    """Sets (or clears) TPU interpret mode for the whole process.
+    """Sets (or clears) TPU interpret mode for the whole process, on the CPU.
 
     With it, XLA's optimisations are off: an interpret-mode program runs once,
     on small inputs, and compiling it is most of a test's time.
     """
     import jax
-    from jax.experimental.pallas import tpu as pltpu
 
-    pltpu.set_tpu_interpret_mode(interpret_params() if on else None)
+    jaxcompat.fix_kernel_trace_cache()
+    jaxcompat.set_interpret_mode(on)
     jax.config.update("jax_disable_most_optimizations", on)
+    if on:
+        jax.config.update("jax_default_device", cpu_device())
+
+
+def cpu_device():
+    import jax
+
+    return jax.devices("cpu")[0]
+
+
+@contextlib.contextmanager
+def on_gpu():
+    """Inside: JAX's default device is the GPU again (for ``gpu``-marked tests)."""
+    import jax
+
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError:  # pretended by the kit's own tests (PALLAS_HINTS_PLATFORMS)
+        gpu = None
+    with jax.default_device(gpu) if gpu is not None else contextlib.nullcontext():
+        yield
 
 
 @contextlib.contextmanager
 def compiled_for_tpu():
-    """Inside: pallas_call lowers for a real TPU (a v5e, as far as the lowering asks)
-    even on a CPU and where interpret mode is set."""
-    import jax
-    from jax.experimental.pallas import tpu as pltpu
-
-    chip = contextlib.nullcontext()
-    if hasattr(jax.sharding, "AbstractDevice"):  # rules that depend on the TPU generation
-        try:
-            device = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1,
-                                                 platform="tpu")
-        except TypeError:  # JAX < 0.9 has no platform field
-            device = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1)
-        chip = jax.sharding.use_abstract_mesh(
-            jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device))
-    with pltpu.force_tpu_interpret_mode(None), chip:
+    """Inside: pallas_call lowers for a real TPU even on a CPU."""
+    with jaxcompat.compiled_for_tpu():
         yield
 
 
@@ -109,75 +108,21 @@ def compiled_for_tpu():
 def watch(seconds: float):
     """Runs one test: fails it on a race, or after ``seconds`` without a result."""
     __tracebackhide__ = True
-    _reset_interpreter()
-    with _recording_races() as races, _time_limit(seconds):
+    jaxcompat.reset_interpreter()
+    with jaxcompat.recording_races([]) as races, _time_limit(seconds):
         try:
             yield
-        except BaseException:
-            _reset_interpreter()  # a failed kernel leaves the simulated TPU dirty
-            _drop_failed_tokens()
-            if races:
-                raise RaceDetected(races) from None
+        except BaseException as error:
+            jaxcompat.reset_interpreter()  # a failed kernel leaves the simulated TPU dirty
+            jaxcompat.drop_failed_tokens()
+            raised = jaxcompat.race_in(error)
+            if races or raised:
+                raise RaceDetected(races + ([raised] if raised else [])) from None
             raise
-    if not races and _interpreter_saw_race():
+    if not races and jaxcompat.interpreter_saw_race():
         races.append("a race (the interpreter did not say where)")
     if races:
         raise RaceDetected(races)
-
-
-def _reset_interpreter() -> None:
-    if "jax" not in sys.modules:
-        return
-    from jax.experimental.pallas import tpu as pltpu
-
-    pltpu.reset_tpu_interpret_mode_state()
-
-
-def _drop_failed_tokens() -> None:
-    """Forgets the effect tokens of a computation that failed mid-kernel.
-
-    Otherwise JAX hands the failed token to the next computation with the same
-    side effects (the next test's kernel fails for no reason of its own) and
-    waits on it at exit (a long traceback after the summary).
-    """
-    from jax._src import dispatch
-
-    tokens = getattr(dispatch, "runtime_tokens", None)
-    if tokens is not None and hasattr(tokens, "clear"):
-        tokens.clear()
-
-
-@contextlib.contextmanager
-def _recording_races():
-    """Collects the interpreter's race reports, which it prints, into a list."""
-    found: list[str] = []
-    try:
-        from jax._src.pallas.mosaic.interpret import race_detection_state as detector
-    except ImportError:  # a JAX that moved it: fall back to the races_found flag
-        yield found
-        return
-
-    def record(*args, **kwargs):
-        found.append(" ".join(str(a) for a in args).strip())
-
-    previous = vars(detector).get("print")
-    detector.print = record  # the detector reports each race with print()
-    try:
-        yield found
-    finally:
-        if previous is None:
-            del detector.print
-        else:
-            detector.print = previous
-
-
-def _interpreter_saw_race() -> bool:
-    try:
-        from jax._src.pallas.mosaic.interpret import interpret_pallas_call
-    except ImportError:
-        return False
-    races = getattr(interpret_pallas_call, "races", None)
-    return bool(races is not None and races.races_found)
 
 
 @contextlib.contextmanager

@@ -6,9 +6,11 @@ Per puzzle, this run's test results reduce to one status:
                that were skipped neither count nor block);
   failing      at least one test failed;
   not_started  every failure was the stub's NotImplementedError;
-  partial      some tests passed and others did not run (-k, -x): the stored
-               status stands;
-  broken       its chapter file does not import: the stored status stands.
+  partial      some tests passed and others did not run (-k, -x), or could not
+               be verified on this JAX: the stored status stands;
+  broken       its chapter file does not import: the stored status stands;
+  kit_error    a test failed in the kit's own machinery, not in the learner's
+               code: the stored status stands.
 
 ``.pallas_progress.json`` at the kit's root keeps statuses, the date each
 chapter last ran and the hint level reached, so the scoreboard covers the
@@ -27,6 +29,8 @@ from pathlib import Path
 from .catalogue import Chapter
 
 PROGRESS_FILE = ".pallas_progress.json"
+# A folder for the progress file other than the kit's root (grading runs use a fresh one).
+STATE_ENV = "PALLAS_HINTS_STATE"
 VERSION = 1
 BAR = 10
 
@@ -40,11 +44,14 @@ class PuzzleRun:
     not_started: int = 0
     errored: int = 0                    # failures outside the test itself (setup, teardown)
     broken: int = 0                     # failures because the chapter does not import
+    kit_errors: int = 0                 # failures of the kit itself, not counted as failed
     first_failure: dict | None = None   # the report data of its first failing test
     failures: list = dataclasses.field(default_factory=list)
 
     @property
     def status(self) -> str:
+        if self.kit_errors and not self.failed:
+            return "kit_error"
         if self.failed:
             if self.broken == self.failed and not self.passed:
                 return "broken"
@@ -55,8 +62,10 @@ class PuzzleRun:
         return "partial" if self.passed else "not_run"
 
 
-def tally(reports: list[dict]) -> tuple[dict[str, PuzzleRun], dict[str, int]]:
-    """Per puzzle results from report data, and hardware-only skips per kind ("tpu")."""
+def tally(reports: list[dict]) -> tuple[dict[str, PuzzleRun], dict]:
+    """Per puzzle results from report data, and what did not count, per reason:
+    {"tpu": n, "gpu": n} hardware-only skips, {"unverifiable": {feature: n}} checks
+    this JAX cannot support, {"kit_error": n} failures of the kit itself."""
     runs: dict[str, PuzzleRun] = {}
     outcome: dict[str, dict] = {}
     hardware_skips: dict[str, set] = {}
@@ -69,9 +78,18 @@ def tally(reports: list[dict]) -> tuple[dict[str, PuzzleRun], dict[str, int]]:
         previous = outcome.get(data["nodeid"])
         if previous is None or data["outcome"] == "failed":
             outcome[data["nodeid"]] = data
+    unverifiable: dict[str, int] = {}
+    kit_errors = 0
     for data in outcome.values():
         run = runs[data["puzzle"]]
-        if data["outcome"] == "failed":
+        if data.get("unverifiable"):
+            unverifiable[data["unverifiable"]] = unverifiable.get(data["unverifiable"], 0) + 1
+        if data["outcome"] == "failed" and data.get("kit_error"):
+            run.kit_errors += 1
+            kit_errors += 1
+            run.failures.append(data)
+            run.first_failure = run.first_failure or data
+        elif data["outcome"] == "failed":
             run.failed += 1
             run.failures.append(data)
             kinds = [f["kind"] for f in data.get("findings", [])]
@@ -81,14 +99,24 @@ def tally(reports: list[dict]) -> tuple[dict[str, PuzzleRun], dict[str, int]]:
             run.first_failure = run.first_failure or data
         elif data["outcome"] == "passed":
             run.passed += 1
-    return runs, {kind: len(ids) for kind, ids in sorted(hardware_skips.items())}
+    skipped: dict = {kind: len(ids) for kind, ids in sorted(hardware_skips.items())}
+    if unverifiable:
+        skipped["unverifiable"] = unverifiable
+    if kit_errors:
+        skipped["kit_error"] = kit_errors
+    return runs, skipped
 
 
 # ------------------------------------------------------------ progress ---
 
+def folder(root: Path) -> Path:
+    """Where the progress file lives: the kit's root, or $PALLAS_HINTS_STATE."""
+    return Path(os.environ.get(STATE_ENV) or root)
+
+
 def load(root: Path) -> tuple[dict, str | None]:
     """The stored progress, and a warning if the file had to be set aside."""
-    path = root / PROGRESS_FILE
+    path = folder(root) / PROGRESS_FILE
     if not path.exists():
         return _empty(), None
     try:
@@ -110,11 +138,11 @@ def load(root: Path) -> tuple[dict, str | None]:
 
 def save(root: Path, data: dict) -> None:
     """Writes the progress file atomically: a temp file renamed over the old one."""
-    fd, tmp = tempfile.mkstemp(prefix=PROGRESS_FILE + ".", suffix=".tmp", dir=root)
+    fd, tmp = tempfile.mkstemp(prefix=PROGRESS_FILE + ".", suffix=".tmp", dir=folder(root))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, root / PROGRESS_FILE)
+        os.replace(tmp, folder(root) / PROGRESS_FILE)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -130,6 +158,7 @@ def record(progress: dict, runs: dict[str, PuzzleRun], chapter_of: dict[str, str
             entry["date"] = today
             if run.status == "solved":
                 entry.pop("hint", None)  # hints start over if it breaks again
+                entry["won"] = True      # its points were announced once: never again
         if run.status != "not_run" and puzzle_id in chapter_of:
             progress["chapters"][chapter_of[puzzle_id]] = today
 
@@ -141,8 +170,8 @@ def _empty() -> dict:
 # ---------------------------------------------------------- scoreboard ---
 
 def render(chapters: dict[str, Chapter], progress: dict, runs: dict[str, PuzzleRun],
-           hardware_skips: dict[str, int], command_for,
-           title: str = "Pallas exercises") -> list[str]:
+           skipped: dict, command_for, title: str = "Pallas exercises",
+           jax_version: str = "") -> list[str]:
     """The scoreboard lines. ``command_for(puzzle, hint)`` gives the command to run it."""
     stored = progress.get("puzzles", {})
 
@@ -170,17 +199,30 @@ def render(chapters: dict[str, Chapter], progress: dict, runs: dict[str, PuzzleR
         todo = next((p for p in chapter.puzzles if status(p) != "solved" and p.id in runs),
                     None) or next((p for p in chapter.puzzles if status(p) != "solved"), None)
         if any(runs.get(p.id) and runs[p.id].status == "broken" for p in chapter.puzzles):
-            line += f"   does not import: fix exercises/{chapter.name}.py first"
+            line += f"   does not run: fix exercises/{chapter.name}.py first"
         elif chapter.name not in ran_chapters:
             last = progress.get("chapters", {}).get(chapter.name)
             line += f"   last run {last}" if last else "   not run yet"
         elif todo is not None:
             line += f"   next: {todo.id}"
         lines.append(line.rstrip())
-    for kind, count in hardware_skips.items():
-        checks = "1 check needs" if count == 1 else f"{count} checks need"
-        lines.append(f"  {kind:<{width}}{checks} a {kind.upper()} "
-                     "(skipped here, never counted as passed)")
+    for kind in ("tpu", "gpu"):
+        if skipped.get(kind):
+            count = skipped[kind]
+            checks = "1 check needs" if count == 1 else f"{count} checks need"
+            lines.append(f"  {kind:<{width}}{checks} a {kind.upper()} "
+                         "(skipped here, never counted as passed)")
+    if skipped.get("unverifiable"):
+        count = sum(skipped["unverifiable"].values())
+        features = ", ".join(sorted(skipped["unverifiable"]))
+        checks = "1 check" if count == 1 else f"{count} checks"
+        lines.append(f"  {'jax':<{width}}{checks} cannot be verified on JAX {jax_version} "
+                     f"({features}): never counted as passed")
+    if skipped.get("kit_error"):
+        count = skipped["kit_error"]
+        tests = "1 test" if count == 1 else f"{count} tests"
+        lines.append(f"  {'kit':<{width}}{tests} hit a problem in the kit itself (above), "
+                     "not in your code: not counted against you")
     unsolved = [p for p in all_puzzles if status(p) != "solved"]
     todo = next((p for p in unsolved if p.id in runs), None) \
         or next((p for p in unsolved if p.chapter in ran_chapters), None) \
@@ -188,7 +230,7 @@ def render(chapters: dict[str, Chapter], progress: dict, runs: dict[str, PuzzleR
     broken = [c for c in chapters if any(
         runs.get(p.id) and runs[p.id].status == "broken" for p in chapters[c].puzzles)]
     if broken:
-        lines.append(f"next: fix exercises/{broken[0]}.py so that it imports, then run "
+        lines.append(f"next: fix exercises/{broken[0]}.py so that it runs, then run "
                      f"pytest exercises/test_{broken[0]}.py")
     elif todo is not None:
         lines.append(f"next: {command_for(todo, status(todo) == 'failing')}")

@@ -129,10 +129,13 @@ def row_sum_kernel(x_ref, o_ref):
 
 def row_sum(x, *, bm=8, bn=128):
     M, N = x.shape
+    if N % bn:
+        raise ValueError(f"row_sum: bn={bn} must divide N={N} (a partial column block "
+                         "would add garbage to the sums)")
     out = pl.pallas_call(
         row_sum_kernel,
         out_shape=jax.ShapeDtypeStruct((M, 1), x.dtype),
-        grid=(pl.cdiv(M, bm), pl.cdiv(N, bn)),
+        grid=(pl.cdiv(M, bm), N // bn),
         in_specs=[pl.BlockSpec((bm, bn), lambda i, j: (i, j))],
         out_specs=pl.BlockSpec((bm, 1), lambda i, j: (i, 0)),  # same block for every j
         compiler_params=pltpu.CompilerParams(
@@ -186,11 +189,14 @@ def outer_relu_dy_kernel(x_ref, y_ref, g_ref, dy_ref):
 
 def outer_relu_grad(x, y, g, *, bm=8, bn=128):
     (M, _), (_, N) = x.shape, y.shape
+    if M % bm or N % bn:
+        raise ValueError(f"outer_relu_grad: bm={bm} must divide M={M} and bn={bn} N={N} "
+                         "(each axis is summed over in one of the two kernels)")
     reduce_last = pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"))
     dx = pl.pallas_call(
         outer_relu_dx_kernel,
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-        grid=(pl.cdiv(M, bm), pl.cdiv(N, bn)),          # (i, j): j is reduced
+        grid=(M // bm, N // bn),          # (i, j): j is reduced
         in_specs=[pl.BlockSpec((bm, 1), lambda i, j: (i, 0)),
                   pl.BlockSpec((1, bn), lambda i, j: (0, j)),
                   pl.BlockSpec((bm, bn), lambda i, j: (i, j))],
@@ -200,7 +206,7 @@ def outer_relu_grad(x, y, g, *, bm=8, bn=128):
     dy = pl.pallas_call(
         outer_relu_dy_kernel,
         out_shape=jax.ShapeDtypeStruct(y.shape, y.dtype),
-        grid=(pl.cdiv(N, bn), pl.cdiv(M, bm)),          # (j, i): i is reduced
+        grid=(N // bn, M // bm),          # (j, i): i is reduced
         in_specs=[pl.BlockSpec((bm, 1), lambda j, i: (i, 0)),
                   pl.BlockSpec((1, bn), lambda j, i: (0, j)),
                   pl.BlockSpec((bm, bn), lambda j, i: (i, j))],

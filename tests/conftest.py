@@ -107,8 +107,10 @@ def jax_loaded_once():
     x = jax.numpy.zeros((8, 128))
     runtime.use_interpret_mode(True)
     compile_cache.install(None)  # wraps JAX's compiler once, outside any in-process run
-    checking.run(copy, x).block_until_ready()
-    checking.lowers_for_tpu(copy, x)
+    ran = checking.measure(copy, x, structure=None)
+    ran.output.block_until_ready()
+    assert ran.traffic.total and ran.work == 0
+    checking.lowers_for_tpu(ran)
 
 
 @pytest.fixture

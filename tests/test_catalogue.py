@@ -110,3 +110,93 @@ def test_each_puzzle_has_two_shapes_a_tpu_test_and_its_own_k(pytester, chapter_n
         selected = {line for line in listed if "::" in line}
         assert selected == {t.nodeid for t in tests}, \
             f"-k {puzzle.name} does not select exactly the tests of {puzzle.id}"
+
+
+# ------------------------------------------------- stubs teach, not transcribe ---
+
+class _Anonymous(ast.NodeTransformer):
+    """Every identifier replaced by one placeholder: a statement with its names changed
+    reads the same."""
+
+    def visit_Name(self, node):
+        return ast.copy_location(ast.Name(id="_", ctx=node.ctx), node)
+
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        node.attr = "_"
+        return node
+
+    def visit_arg(self, node):
+        node.arg = "_"
+        return node
+
+    def visit_keyword(self, node):
+        self.generic_visit(node)
+        node.arg = node.arg and "_"
+        return node
+
+
+def anonymous(node) -> str:
+    import copy
+
+    return ast.unparse(_Anonymous().visit(copy.deepcopy(node)))
+
+
+def reference_statements(chapter: str) -> dict[str, str]:
+    """Anonymised statement -> its source, for every statement of 20 characters or more
+    (after anonymising) in a reference function the learner writes."""
+    path = ROOT / "reference" / f"{chapter}.py"
+    source = path.read_text()
+    found = {}
+    for function in ast.parse(source).body:
+        if not isinstance(function, ast.FunctionDef) or is_provided(function):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.stmt) and not isinstance(node, ast.FunctionDef) \
+                    and node is not function and not (isinstance(node, ast.Expr)
+                                                      and isinstance(node.value, ast.Constant)):
+                text = anonymous(node)
+                if len(text) >= 20:
+                    found.setdefault(text, ast.get_source_segment(source, node) or text)
+    return found
+
+
+def stub_snippets(chapter: str):
+    """(line number, anonymised code) for every piece of code in the stub file outside
+    PROVIDED functions: its statements, and each line or `span` of its docstrings and
+    comments that parses as Python."""
+    path = ROOT / "exercises" / f"{chapter}.py"
+    source = path.read_text()
+    tree = ast.parse(source)
+    provided = [(f.lineno, f.end_lineno) for f in tree.body
+                if isinstance(f, ast.FunctionDef) and is_provided(f)]
+
+    def outside_provided(line):
+        return not any(start <= line <= end for start, end in provided)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and outside_provided(node.lineno):
+            yield node.lineno, anonymous(node)
+    for number, line in enumerate(source.splitlines(), start=1):
+        if not outside_provided(number):
+            continue
+        text = line.strip().lstrip("#").strip()
+        for piece in [text, *__import__("re").findall(r"`([^`]+)`", text)]:
+            for candidate in (piece, piece.rstrip(".,;:")):
+                try:
+                    parsed = ast.parse(candidate)
+                except SyntaxError:
+                    continue
+                for statement in parsed.body:
+                    yield number, anonymous(statement)
+                break
+
+
+def test_no_stub_spells_out_a_statement_of_the_reference(chapter_name):
+    """The code-level answer belongs to hints 1 and 2 (and 3, the reference): a stub
+    that contains a reference statement, even with its names changed, is a transcription
+    exercise, not a puzzle."""
+    answers = reference_statements(chapter_name)
+    leaks = sorted({f"exercises/{chapter_name}.py:{line}: {answers[code]}"
+                    for line, code in stub_snippets(chapter_name) if code in answers})
+    assert not leaks, "stubs give away reference statements:\n" + "\n".join(leaks)

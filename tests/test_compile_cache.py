@@ -7,10 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax._src import compiler
 from jax.experimental import pallas as pl
 
-from pytest_pallas_hints import compile_cache, runtime
+from pytest_pallas_hints import checking, compile_cache, program, runtime
 
 
 def double(x):
@@ -22,21 +21,23 @@ def double(x):
                           out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)))(x)
 
 
+class Compiles:
+    """XLA compiles of programs that call back into Python since it was made (the
+    interpreter's own helpers have no callbacks), as the compile cache counts them."""
+
+    def __init__(self):
+        self.start = compile_cache._state["compiled"]
+
+    def __len__(self):
+        return compile_cache._state["compiled"] - self.start
+
+
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    """Interpret mode with the cache in tmp_path; counts the XLA compiles of
-    programs that call back into Python (the interpreter's own helpers are not)."""
-    compiles = []
-    original = compiler.backend_compile_and_load
-
-    def counted(backend, module, devices, options, host_callbacks, *rest, **kw):
-        compiles.extend([module] if host_callbacks else [])
-        return original(backend, module, devices, options, host_callbacks, *rest, **kw)
-
-    monkeypatch.setattr(compiler, "backend_compile_and_load", counted)
+def cache(tmp_path):
+    """Interpret mode with the cache in tmp_path, and a count of real compiles."""
     runtime.use_interpret_mode(True)
     compile_cache.install(tmp_path)
-    yield tmp_path, compiles
+    yield tmp_path, Compiles()
     compile_cache.uninstall()
 
 
@@ -116,13 +117,12 @@ def copy_with(index_map, block=(8, 128)):
 
 @pytest.fixture
 def lowerings(tmp_path, monkeypatch):
-    """The cache folder in tmp_path; counts real TPU lowerings."""
-    from jax._src import stages
-
+    """The cache folder in tmp_path; counts real TPU lowerings of learner programs."""
     calls = []
-    original = stages.Traced.lower
-    monkeypatch.setattr(stages.Traced, "lower",
-                        lambda self, *a, **k: calls.append(k) or original(self, *a, **k))
+    original = program.lower_for_tpu
+    checking._lowering_error()  # the kit's own known-good lowering, done before counting
+    monkeypatch.setattr(program, "lower_for_tpu",
+                        lambda *a, **k: calls.append(a) or original(*a, **k))
     compile_cache.install(tmp_path)
     yield calls
     compile_cache.uninstall()

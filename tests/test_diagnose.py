@@ -160,6 +160,16 @@ def test_an_accumulator_carried_from_block_to_block_is_named():
     assert "not reset" in findings[0].says
 
 
+def test_a_carried_accumulator_is_named_when_the_last_block_is_partial():
+    expected = np.arange(17, dtype=np.float32) + 1  # blocks of 8: 8, 8 and 1 row
+    yours = expected.copy()
+    yours[8:16] += yours[0:8]
+    yours[16] += yours[8]  # the partial block's one row starts from the previous block's
+    assert kinds(compare(yours, expected, blocks=(8,), axes="i"))[0] == "carried"
+    yours[16] = expected[16] + 5  # not what was carried: no claim
+    assert "carried" not in kinds(compare(yours, expected, blocks=(8,), axes="i"))
+
+
 def test_a_map_of_one_tiled_dim_is_one_line(x):
     y = x.copy()
     y[8:16] += 1
@@ -293,6 +303,18 @@ def test_race_names_both_source_lines():
     assert dict(finding.facts)["race"] == "p.py:25 in racy_kernel()\np.py:26 in racy_kernel()"
 
 
+def test_a_race_inside_a_loop_body_names_the_body():
+    """A fori_loop body is a nested function: the report names it kernel.<locals>.body."""
+    from pytest_pallas_hints.runtime import RaceDetected
+
+    report = ("RACE DETECTED\n  write of ('vmem', 103, 0, 0)[()] from 100, 0, "
+              "/kit/exercises/p.py:9:8 (sum_kernel.<locals>.add_chunk)\n  clock: [1 3]\n"
+              "  read of ('vmem', 103, 0, 0)[()] from 0, 0, "
+              "/kit/exercises/p.py:10:32 (sum_kernel.<locals>.add_chunk)")
+    finding = explain(RaceDetected([report]), [], ROOT)
+    assert dict(finding.facts)["race"] == "p.py:9 in add_chunk()\np.py:10 in add_chunk()"
+
+
 def test_hang_on_a_dma_wait():
     from pytest_pallas_hints.runtime import KernelTimeout
 
@@ -312,9 +334,40 @@ def test_lowering_failure_names_the_rule():
         "pallas_call k at k.py:9 has block shape (Blocked(block_size=4), "
         "Blocked(block_size=64)), array shape (32, 128), and index_map"))
     finding = explain(error, [], ROOT)
-    assert finding.kind == "lowering"
+    assert finding.kind == "lowering_tiling"
     assert "multiples of (8, 128)" in finding.says
     assert "array of shape (32, 128)" in finding.says
+
+
+def test_a_known_mosaic_error_is_said_in_plain_words_without_file_a_bug():
+    from pytest_pallas_hints.checking import LoweringFailed
+
+    error = LoweringFailed(ValueError(
+        "Pallas encountered an internal verification error. Please file a bug at "
+        "https://github.com/jax-ml/jax/issues/new/choose. Error details: 'tpu.matmul' op "
+        "Expected matmul acc to be 32-bit\n see current operation: %7 = \"tpu.matmul\"(%2)"),
+        where=(str(ROOT / "reference" / "matmul.py"), 1))
+    finding = explain(error, [], ROOT)
+    assert finding.kind == "lowering_matmul_acc"
+    assert "preferred_element_type=jnp.float32" in finding.says
+    text = " ".join(f"{label} {fact}" for label, fact in finding.facts) + finding.says
+    assert "file a bug" not in text and "current operation" not in text
+    assert finding.where == "reference/matmul.py:1"
+
+
+def test_an_unknown_lowering_error_keeps_its_message():
+    from pytest_pallas_hints.checking import LoweringFailed
+
+    finding = explain(LoweringFailed(ValueError("Unsupported shape cast")), [], ROOT)
+    assert finding.kind == "lowering" and "Unsupported shape cast" in finding.says
+
+
+def test_a_read_past_a_buffer_inside_a_kernel_is_not_an_index_map_error():
+    error = RuntimeError("Out-of-bounds read of (0 0 vmem 102): reading [(slice(8, 9, 1), "
+                         "slice(0, 128, 1))] but buffer has shape (8, 128).")
+    finding = explain(error, [], ROOT)
+    assert finding.kind == "out_of_bounds_ref"
+    assert "(8, 128)" in finding.says and "loop bound" in finding.says
 
 
 def test_an_unknown_error_keeps_its_first_line():

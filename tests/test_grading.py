@@ -3,7 +3,6 @@ checked field by field; broken chapters, hangs and skips; the classroom copy."""
 import base64
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -106,12 +105,11 @@ def test_a_test_file_that_cannot_be_collected_is_an_error_for_its_puzzles(kit):
 def test_a_hang_fails_its_puzzle_within_the_bound_and_loses_nothing_else(kit):
     kit.add_toy_chapter(solved=True)
     kit.write("exercises/toy.py", '''
-import time
-
 def answer():
-    """Waits forever."""
+    """Loops forever."""
+    n = 0
     while True:
-        time.sleep(0.05)
+        n += 1
 ''')
     kit.write("exercises/test_toy2.py", '''
 import pytest
@@ -200,55 +198,3 @@ def test_the_classroom_copy_refuses_to_ship_a_solution(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def restore_script() -> str:
-    """The workflow's restore step, as the shell script GitHub runs."""
-    text = (ROOT / ".github" / "workflows" / "classroom.yml").read_text()
-    block = text.split("- name: Restore the tests, hints, plugin and config")[1]
-    block = block.split("run: |\n", 1)[1].split("\n\n", 1)[0]
-    return "\n".join(line[10:] for line in block.splitlines())
-
-
-def test_the_workflow_restores_tests_hints_plugin_and_config_from_the_template(tmp_path):
-    repo = tmp_path / "student"
-    classroom.main([str(repo), "--from", str(ROOT)])
-
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
-                              text=True).stdout
-
-    git("init", "-q", "-b", "main")
-    git("add", "-A")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "template")
-    original = {p: (repo / p).read_text() for p in
-                ("exercises/test_basics.py", "exercises/hints/basics.toml", "pyproject.toml",
-                 "pytest_pallas_hints/scoreboard.py")}
-    # the student edits the tests, hints, plugin and config, and adds a conftest
-    for path in original:
-        (repo / path).write_text("# edited by the student\n")
-    (repo / "conftest.py").write_text("# a student hook\n")
-    (repo / "exercises" / "test_extra.py").write_text("def test_free_points(): pass\n")
-    (repo / "pytest.ini").write_text("[pytest]\naddopts = -p no:pallas_hints\n")
-    (repo / "exercises" / "basics.py").write_text("# the student's work\n")
-    git("add", "-A")
-    git("-c", "user.name=s", "-c", "user.email=s@s", "commit", "-qm", "work")
-
-    subprocess.run(["bash", "-euo", "pipefail", "-c", restore_script()], cwd=repo, check=True)
-    for path, text in original.items():
-        assert (repo / path).read_text() == text, path
-    assert (repo / "conftest.py").read_text() == (ROOT / "conftest.py").read_text()
-    assert not (repo / "exercises" / "test_extra.py").exists()
-    assert not (repo / "pytest.ini").exists()
-    assert (repo / "exercises" / "basics.py").read_text() == "# the student's work\n"
-    graded = (repo / "graded-tests.txt").read_text().split()
-    assert "exercises/test_basics.py" in graded and "exercises/test_extra.py" not in graded
-
-
-def test_the_workflow_has_github_classrooms_shape():
-    text = (ROOT / ".github" / "workflows" / "classroom.yml").read_text()
-    for needed in ("- push", "- repository_dispatch", "checks: write", "actions: read",
-                   "contents: read", "github.actor != 'github-classroom[bot]'",
-                   "fetch-depth: 0", "JAX_PLATFORMS=cpu", "--classroom-result=result.b64",
-                   'echo "result=', ">> \"$GITHUB_OUTPUT\"",
-                   "classroom-resources/autograding-grading-reporter@v1",
-                   'PALLAS_RESULTS: "${{ steps.pallas.outputs.result }}"', "runners: pallas"):
-        assert needed in text, needed

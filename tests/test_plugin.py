@@ -10,6 +10,8 @@ import pytest
 
 from pytest_pallas_hints import catalogue, compile_cache
 
+from .conftest import TOY_HINTS, TOY_TEST
+
 KIT = catalogue.load(Path(__file__).resolve().parent.parent)
 
 def headline(out: str) -> list[str]:
@@ -123,6 +125,19 @@ def test_stubs_fail_in_one_line_each_without_traceback(kit):
     assert re.search(r"^· basics.add_one +not started — edit exercises/basics.py:\d+ add_one\(\), "
                      r":\d+ add_one_kernel\(\)$", out, re.M)
     assert "Traceback" not in out and "FAILURES" not in out and "FAILED" not in out
+
+
+def test_a_stub_named_like_another_chapters_function_is_this_chapters(kit):
+    """Two chapters may both have an add_one(): a stub belongs to its own file's puzzle."""
+    kit.add_toy_chapter(solved=False)
+    kit.write("exercises/hints/toy.toml", TOY_HINTS.replace('"answer"]', '"add_one"]')
+              .replace("order = 0", "order = 9"))  # after basics, which has an add_one too
+    kit.write("exercises/toy.py", 'def add_one():\n    """One more."""\n'
+                                  '    raise NotImplementedError\n')
+    kit.write("exercises/test_toy.py", TOY_TEST.replace("toy.answer()", "toy.add_one()"))
+    out = kit.run("exercises/test_toy.py").stdout.str()
+    assert re.search(r"^· toy.answer +not started — edit exercises/toy.py:3 add_one\(\)$",
+                     out, re.M), out
 
 
 def test_verbose_still_shows_the_raw_traceback(kit):
@@ -344,3 +359,135 @@ def test_compiled_programs_are_kept_in_pytests_cache_folder_unless_it_is_off(kit
     first.assert_outcomes(passed=2, skipped=1)
     second.assert_outcomes(passed=2, skipped=1)
     assert entries and sorted(folder.glob("*.xla")) == entries  # loaded, none added
+
+
+# ------------------------------------------------- JAX versions, kit errors ---
+
+def test_a_jax_outside_the_supported_range_is_a_usage_error(kit, monkeypatch):
+    from pytest_pallas_hints import jaxcompat
+
+    monkeypatch.setattr(jaxcompat, "installed", lambda package="jax": "0.7.2")
+    result = kit.run("exercises/test_basics.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "JAX 0.7.2 is older than this kit supports (JAX 0.8.0 or newer)" in \
+        result.stderr.str()
+    monkeypatch.setattr(jaxcompat, "installed", lambda package="jax": None)
+    assert "run `pip install -e .`" in kit.run("exercises/test_basics.py").stderr.str()
+
+
+def test_a_check_this_jax_cannot_support_is_unverifiable_and_the_rest_runs(kit, monkeypatch):
+    monkeypatch.setenv("PALLAS_HINTS_MISSING", "byte accounting")
+    result = kit.run("exercises/test_basics.py", "--reference", "-k", "bias_gelu", "-rs")
+    out = result.stdout.str()
+    result.assert_outcomes(passed=2, skipped=2)   # one needs a TPU, one needs bytes
+    assert "cannot be verified on JAX" in out and "byte accounting is not available" in out
+    assert re.search(r"^  jax +1 check cannot be verified on JAX [\d.]+ \(byte accounting\): "
+                     r"never counted as passed$", out, re.M)
+    assert re.search(r"^  basics +░+ +0/9 ", out, re.M)
+
+
+def test_a_failure_of_the_kit_itself_is_reported_as_such_and_changes_no_progress(
+        kit, monkeypatch):
+    from pytest_pallas_hints import walk
+
+    kit.write("exercises/basics.py", (kit.path / "reference" / "basics.py").read_text())
+    kit.run("exercises/test_basics.py", "-k", "bias_gelu")
+    before = json.loads((kit.path / ".pallas_progress.json").read_text())
+    assert before["puzzles"]["basics.bias_gelu"]["status"] == "solved"
+
+    def broken(*args):
+        raise RuntimeError("walk broke")
+
+    monkeypatch.setattr(walk, "kernel_steps", broken)
+    result = kit.run("exercises/test_basics.py", "-k", "bias_gelu")
+    out = result.stdout.str()
+    assert result.parseoutcomes().get("errors") == 1
+    assert "! basics.bias_gelu  kit problem" in out
+    assert "this is a problem in the exercise kit, not in your code" in out
+    assert "RuntimeError: walk broke" in out and "(work accounting)" in out
+    assert "hit a problem in the kit itself" in out
+    after = json.loads((kit.path / ".pallas_progress.json").read_text())
+    assert after["puzzles"]["basics.bias_gelu"] == before["puzzles"]["basics.bias_gelu"]
+
+
+# ------------------------------------------------------------------ seeds ---
+
+SEEDED = '''
+import numpy as np
+import pytest
+from pytest_pallas_hints import check
+
+@pytest.mark.puzzle("toy.answer")
+def test_answer(rng):
+    x = rng.normal((4,))
+    print("drawn", x[0])
+    check(x * 0, x)
+
+
+@pytest.mark.puzzle("toy.answer")
+def test_answer_again():
+    pass
+'''
+
+
+def test_inputs_are_fresh_each_session_and_a_failure_prints_its_replay(kit):
+    kit.add_toy_chapter(solved=True)
+    kit.write("exercises/test_toy.py", SEEDED)
+
+    def drawn(*args):
+        out = kit.run("exercises/test_toy.py", "-n", "2", *args, subprocess=True).stdout.str()
+        seeds = re.findall(r"seed (\d+)\]", out)
+        replay = re.findall(r"replay +(pytest .*)$", out, re.M)
+        return out, seeds, replay, sorted(re.findall(r"drawn (\S+)", out))
+
+    first, seeds, replay, values = drawn()
+    assert seeds and replay == [f"pytest exercises/test_toy.py --seed {seeds[0]} -k test_answer"]
+    second = drawn()
+    assert second[3] != values, "two sessions drew the same inputs"
+    again = drawn("--seed", seeds[0], "-k", "test_answer")
+    assert again[1][0] == seeds[0] and again[3] == values
+
+
+def test_a_bad_seed_is_a_usage_error(kit):
+    result = kit.run("exercises/test_basics.py", "--seed", "abc")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--seed=abc: give a whole number" in result.stderr.str()
+
+
+def test_hint_on_a_solved_puzzle_says_so_and_names_the_next_one(kit):
+    kit.add_toy_chapter(solved=True)
+    out = kit.run("exercises/test_toy.py", "--hint").stdout.str()
+    assert "✓ toy.answer: solved, so no hint needed. Next: pytest exercises/test_basics.py " \
+           "-k add_one" in out
+    assert "hint 1 of" not in out
+
+
+def test_points_are_announced_once_even_when_a_puzzle_is_solved_again(kit):
+    kit.add_toy_chapter(solved=True)
+    assert "✓ toy.answer  solved · +5 points" in kit.run("exercises/test_toy.py").stdout.str()
+    assert "✓ toy.answer  solved" not in kit.run("exercises/test_toy.py").stdout.str()
+    kit.add_toy_chapter(solved=False)
+    kit.run("exercises/test_toy.py")
+    kit.add_toy_chapter(solved=True)
+    out = kit.run("exercises/test_toy.py").stdout.str()
+    assert "✓ toy.answer  solved again" in out and "+5 points" not in out
+
+
+DEVICES = '''
+import jax
+import jax.numpy as jnp
+import pytest
+
+@pytest.mark.puzzle("basics.add_one")
+def test_on_the_cpu():
+    assert {d.platform for d in jnp.zeros(1).devices()} == {"cpu"}
+    assert jax.config.jax_default_device.platform == "cpu"
+'''
+
+
+def test_on_a_gpu_host_every_verdict_runs_on_the_cpu(kit, monkeypatch):
+    """Where JAX's default device is a GPU, the plugin pins tests to the CPU, so that
+    verdicts are those of a laptop (no TF32 matmuls in expected values)."""
+    monkeypatch.setenv("PALLAS_HINTS_PLATFORMS", "gpu,cpu")
+    kit.write("exercises/test_devices.py", DEVICES)
+    kit.run("exercises/test_devices.py").assert_outcomes(passed=1)

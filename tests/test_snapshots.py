@@ -49,16 +49,16 @@ def patch(kit, name: str) -> str:
 
 
 def test_a_wrong_answer_with_a_block_map(basics_only):
-    out = basics_only.run("exercises/test_basics.py", "--reference", "-k", "grid_2d",
-                          "--pallas-patch", patch(basics_only, "grid_2d_rows_only")
-                          ).stdout.str()
+    out = basics_only.run("exercises/test_basics.py", "--reference", "-k", "outer_add",
+                          "--seed", "1", "--pallas-patch",
+                          patch(basics_only, "outer_add_y_follows_rows")).stdout.str()
     matches_snapshot("wrong_blocks", ours(out))
 
 
 def test_an_error_with_hints_one_and_two(basics_only):
     out = basics_only.run("exercises/test_basics.py", "--reference", "-k", "row_sum", "--hint=2",
-                          "--pallas-patch", patch(basics_only, "row_sum_python_if")
-                          ).stdout.str()
+                          "--seed", "1", "--pallas-patch",
+                          patch(basics_only, "row_sum_python_if")).stdout.str()
     matches_snapshot("error_with_hints", ours(out))
 
 

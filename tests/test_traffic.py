@@ -10,7 +10,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from pytest_pallas_hints import runtime
 from pytest_pallas_hints.checking import TooMuchTraffic, check_traffic
-from pytest_pallas_hints.traffic import counts_manual_dmas, moved_bytes
+from pytest_pallas_hints.traffic import moved_bytes
 
 F32 = 4
 
@@ -129,7 +129,6 @@ def manual_dma(x):
         scratch_shapes=[pltpu.VMEM((8, 128), x.dtype), pltpu.SemaphoreType.DMA])(x)
 
 
-@pytest.mark.skipif(not counts_manual_dmas(), reason="this JAX's interpreter hides its DMAs")
 def test_manual_dmas_count_what_they_copy_and_the_any_operand_counts_nothing_else():
     x = np.ones((16, 128), np.float32)
     traffic = moved_bytes(manual_dma, x)

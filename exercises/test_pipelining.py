@@ -1,0 +1,385 @@
+"""Tests for exercises/pipelining.py. Run them, don't edit them:
+
+    pytest exercises/test_pipelining.py                      # all puzzles of the chapter
+    pytest exercises/test_pipelining.py -k double_buffer     # one puzzle
+    pytest exercises/test_pipelining.py -k double_buffer --hint
+
+Each test compares your kernel with NumPy on at least two shapes (one an edge
+case: one chunk, an odd number of chunks, a repeated index, a sequence that
+ends mid-page or is empty), then checks that it would compile for a real TPU.
+Every kernel here moves its data itself, so every test also counts the bytes
+your DMAs move between HBM and VMEM, and how many copies were in flight at
+once. Before your kernel runs, the kit pairs every .start() with its .wait():
+a wait that would hang, a copy never waited, or a copy into a buffer that
+another copy is still filling is named with its line. While it runs, interpret
+mode reports a read of a buffer whose copy has not landed as a race. Tests
+marked `tpu` run realistic sizes on a real TPU and are skipped elsewhere.
+"""
+import numpy as np
+import pytest
+
+from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_work, fail,
+                                 lowers_for_tpu, measure)
+
+pipelining = chapter("pipelining")
+
+puzzle = pytest.mark.puzzle
+on_tpu = pytest.mark.tpu
+
+# What each lesson requires of your program, checked from its trace: one kernel
+# of your own that starts DMAs and waits for them, with the puzzle's work inside
+# it; nothing but reshapes around it.
+MANUAL = Structure(inside={"dma_start", "dma_wait"})
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+# --- what your DMAs did ------------------------------------------------------
+
+def dma_traffic(ran, direction):
+    """(bytes, copies) your kernels' own DMAs moved: "read" HBM -> VMEM, "written"
+    VMEM -> HBM (a BlockSpec's traffic is not in it)."""
+    mine = [o for o in ran.traffic.operands if o.name.startswith("DMA ")
+            and o.direction == direction]
+    return sum(o.bytes for o in mine), sum(o.copies for o in mine)
+
+
+def in_flight(ran):
+    """The most copies your kernels had in flight at once."""
+    return max(counts.most_in_flight for counts in ran.steps)
+
+
+def check_own_copies(ran, *, read=None, written=None, copies=None, what="x"):
+    """The bytes the lesson moves by hand went through your own DMAs: `read` bytes
+    HBM -> VMEM (in `copies` copies, where given), `written` bytes VMEM -> HBM."""
+    for direction, expected in (("read", read), ("written", written)):
+        if expected is None:
+            continue
+        moved, count = dma_traffic(ran, direction)
+        if moved != expected:
+            where = "HBM -> VMEM" if direction == "read" else "VMEM -> HBM"
+            fail("not_by_hand", (
+                f"your own DMAs moved {moved} B {where}, the puzzle's copies move "
+                f"{expected} B: {what} must stay in HBM (pl.BlockSpec(memory_space=pl.ANY)) "
+                "and travel through pltpu.make_async_copy, not through a BlockSpec."),
+                [("dma", f"{direction}: yours {moved} B in {count} copies · expected "
+                         f"{expected} B")])
+        if direction == "read" and copies is not None and count != copies:
+            fail("copies", (
+                f"your kernel read {what} in {count} DMA{'s' * (count != 1)}; the puzzle "
+                f"copies one chunk at a time, {copies} copies: a copy of the whole array "
+                "needs VMEM for all of it, which a long array does not have."),
+                [("dma", f"yours {count} copies · one per chunk: {copies}")])
+
+
+def check_vmem(ran, *, most, why):
+    """The kernel's VMEM scratch is at most `most` bytes."""
+    used = 0
+    for site in ran.program.sites:
+        for aval in site.call.scratch:
+            if "vmem" in str(getattr(aval, "memory_space", "")).lower():
+                used += int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
+    if used > most:
+        fail("vmem", f"your scratch buffers take {used} B of VMEM: {why}",
+             [("vmem", f"yours {used} B · the puzzle's {most} B")])
+
+
+def check_overlap(ran, *, at_least, why):
+    """At some moment at least `at_least` copies were in flight together."""
+    most = in_flight(ran)
+    if most < at_least:
+        fail("not_overlapped", (
+            f"your copies never overlap: at most {most} in flight at once, where double "
+            f"buffering has {at_least}. {why}"),
+            [("in flight", f"yours at most {most} · double-buffered {at_least}")])
+
+
+# 1 -------------------------------------------------------------------------
+@puzzle("pipelining.one_copy")
+@pytest.mark.parametrize("M, D, dtype", [
+    pytest.param(24, 256, "float32", id="M=24 D=256"),
+    pytest.param(16, 128, "bfloat16", id="M=16 D=128 bf16 (one tile)"),
+    pytest.param(1024, 1024, "float32", id="M=1024 D=1024-tpu", marks=on_tpu),
+])
+def test_one_copy(M, D, dtype, rng):
+    x = rng.normal((M, D), dtype)
+    ran = measure(pipelining.add_one, x, structure=MANUAL.where(
+        inside={"dma_start", "dma_wait", "add"}))
+    check(ran, x + np.asarray(1, dtype), likely={"not_added": x})
+    check_own_copies(ran, read=x.nbytes)
+    check_traffic(ran, reference=2 * x.nbytes, minimum=2 * x.nbytes)
+    lowers_for_tpu(ran)
+
+
+# 2 -------------------------------------------------------------------------
+def column_sums(x, chunk):
+    """The expected sum, and the wrong answers a chunk loop is known to give."""
+    chunks = x.astype(np.float64).reshape(-1, chunk, x.shape[1]).sum(axis=1)
+    return {"expected": chunks.sum(axis=0, keepdims=True),
+            "first_chunk_only": chunks[:1] * len(chunks),   # the same chunk every time
+            "last_chunk_only": chunks[-1:]}                 # each chunk replaced the total
+
+
+def check_column_sum(ran, x, chunk):
+    sums = {name: value.astype(x.dtype) for name, value in column_sums(x, chunk).items()}
+    expected = sums.pop("expected")
+    check(ran, expected, tolerance=1e-4, likely=sums)
+
+
+@puzzle("pipelining.copy_loop")
+@pytest.mark.parametrize("S, D, chunk", [
+    pytest.param(64, 256, 16, id="S=64 D=256 chunk=16"),
+    pytest.param(32, 128, 32, id="S=32 D=128 chunk=32 (a single chunk)"),
+    pytest.param(65536, 1024, 512, id="S=65536 D=1024 chunk=512-tpu", marks=on_tpu),
+])
+def test_copy_loop(S, D, chunk, rng):
+    x = rng.normal((S, D))
+    ran = measure(pipelining.column_sum, x, chunk=chunk, structure=MANUAL.where(
+        inside={"dma_start", "dma_wait", "reduce_sum"}))
+    check_column_sum(ran, x, chunk)
+    check_own_copies(ran, read=x.nbytes, copies=S // chunk)
+    check_vmem(ran, most=chunk * D * x.itemsize,
+               why="one chunk at a time needs one chunk of VMEM.")
+    check_traffic(ran, reference=x.nbytes + D * x.itemsize, minimum=x.nbytes + D * x.itemsize)
+    lowers_for_tpu(ran)
+
+
+# 3 -------------------------------------------------------------------------
+@puzzle("pipelining.double_buffer")
+@pytest.mark.parametrize("S, D, chunk", [
+    pytest.param(64, 256, 16, id="S=64 D=256 chunk=16"),
+    pytest.param(24, 128, 8, id="S=24 D=128 chunk=8 (an odd number of steps)"),
+    pytest.param(65536, 1024, 512, id="S=65536 D=1024 chunk=512-tpu", marks=on_tpu),
+])
+def test_double_buffer(S, D, chunk, rng):
+    x = rng.normal((S, D))
+    ran = measure(pipelining.column_sum_double_buffered, x, chunk=chunk,
+                  structure=MANUAL.where(inside={"dma_start", "dma_wait", "reduce_sum"}))
+    check_column_sum(ran, x, chunk)
+    check_own_copies(ran, read=x.nbytes, copies=S // chunk)
+    check_overlap(ran, at_least=2, why=(
+        "Start the copy of chunk i + 1 into the other slot before you wait for chunk i, "
+        "so that it lands while chunk i is summed."))
+    check_vmem(ran, most=2 * chunk * D * x.itemsize, why="two slots of one chunk each.")
+    check_traffic(ran, reference=x.nbytes + D * x.itemsize, minimum=x.nbytes + D * x.itemsize)
+    lowers_for_tpu(ran)
+
+
+# 4 -------------------------------------------------------------------------
+@puzzle("pipelining.write_back")
+@pytest.mark.parametrize("S, D, chunk", [
+    pytest.param(64, 256, 16, id="S=64 D=256 chunk=16"),
+    pytest.param(16, 128, 16, id="S=16 D=128 chunk=16 (a single chunk)"),
+    pytest.param(65536, 1024, 512, id="S=65536 D=1024 chunk=512-tpu", marks=on_tpu),
+])
+def test_write_back(S, D, chunk, rng):
+    x = rng.normal((S, D))
+    ran = measure(pipelining.relu, x, chunk=chunk, structure=MANUAL.where(
+        inside={"dma_start", "dma_wait", "max"}))
+    steps = np.arange(S) // chunk
+
+    def shifted():   # chunk i's rows hold chunk i + 1's result (written after it)
+        later = np.minimum(steps + 1, S // chunk - 1)
+        return np.maximum(x.reshape(-1, chunk, D)[later[::chunk]].reshape(S, D), 0)
+
+    check(ran, np.maximum(x, 0), blocks=(chunk, None), axes="S D",
+          likely={"relu_missing": x, "shifted": shifted})
+    check_own_copies(ran, read=x.nbytes, written=x.nbytes, copies=S // chunk)
+    check_vmem(ran, most=2 * chunk * D * x.itemsize,
+               why="one chunk in and one chunk out.")
+    check_traffic(ran, reference=2 * x.nbytes, minimum=2 * x.nbytes)
+    lowers_for_tpu(ran)
+
+
+# 5 -------------------------------------------------------------------------
+@puzzle("pipelining.gather")
+@pytest.mark.parametrize("V, D, T, rows_per_step", [
+    pytest.param(64, 256, 16, 8, id="V=64 D=256 T=16 rows_per_step=8"),
+    pytest.param(16, 128, 8, 8, id="V=16 D=128 T=8 (one step, a row twice, the last row)"),
+    pytest.param(32768, 1024, 4096, 64, id="V=32768 D=1024 T=4096-tpu", marks=on_tpu),
+])
+def test_gather(V, D, T, rows_per_step, rng):
+    table = rng.normal((V, D))
+    ids = rng.integers((T,), 0, V)
+    if T <= 8:   # the edge case: a repeated row and the very last one
+        ids[1], ids[-1] = ids[0], V - 1
+    ran = measure(pipelining.gather_rows, table, ids, rows_per_step=rows_per_step,
+                  structure=MANUAL.where(prefetch=True))
+    first_step = np.resize(ids[:rows_per_step], T)
+    check(ran, table[ids], blocks=(rows_per_step, None), axes="T D",
+          likely={"first_step_ids": table[first_step], "rows_in_order": table[:T]})
+    row = D * table.itemsize
+    check_own_copies(ran, read=T * row, what="the table")
+    check_traffic(ran, reference=2 * T * row, minimum=2 * T * row)
+    lowers_for_tpu(ran)
+
+
+# 6 -------------------------------------------------------------------------
+@puzzle("pipelining.emit_pipeline")
+@pytest.mark.parametrize("S, D, chunk", [
+    pytest.param(64, 256, 16, id="S=64 D=256 chunk=16"),
+    pytest.param(24, 128, 8, id="S=24 D=128 chunk=8 (an odd number of steps)"),
+    pytest.param(65536, 1024, 512, id="S=65536 D=1024 chunk=512-tpu", marks=on_tpu),
+])
+def test_emit_pipeline(S, D, chunk, rng):
+    x = rng.normal((S, D))
+    ran = measure(pipelining.column_sum_pipelined, x, chunk=chunk,
+                  structure=MANUAL.where(inside={"dma_start", "dma_wait", "reduce_sum"}))
+    check_column_sum(ran, x, chunk)
+    check_own_copies(ran, read=x.nbytes, copies=S // chunk)
+    check_overlap(ran, at_least=2, why=(
+        "pltpu.emit_pipeline double-buffers every BlockSpec it is given: hand it the "
+        "whole HBM array and a (chunk, D) BlockSpec, and let it do the copies."))
+    check_traffic(ran, reference=x.nbytes + D * x.itemsize, minimum=x.nbytes + D * x.itemsize)
+    lowers_for_tpu(ran)
+
+
+# 7 -------------------------------------------------------------------------
+PAGED = MANUAL.where(inside={"dma_start", "dma_wait", "dot_general", "exp"}, prefetch=True)
+
+
+def paged_inputs(rng, B, N, K, H, L, pages_per_sequence, dtype):
+    """q, a pool of K/V pages twice the size the sequences need, and a page table that
+    scatters each sequence's pages over the pool."""
+    P = 2 * B * pages_per_sequence
+    q = rng.normal((B, N, H), dtype)
+    k_pages, v_pages = rng.normal((K, P, L, H), dtype), rng.normal((K, P, L, H), dtype)
+    page_indices = rng.permutation(P)[:B * pages_per_sequence].astype(np.int32)
+    return q, k_pages, v_pages, page_indices.reshape(B, pages_per_sequence)
+
+
+def decode_attention(q, k_pages, v_pages, lengths, page_indices, *, head_of=None,
+                     visible=None):
+    """Attention of one query per sequence over its first lengths[b] tokens, in float64:
+    the pages of sequence b, in page-table order, are its K/V. Query head n reads K/V
+    head head_of(n) (default n // (N // K)); visible(b) overrides how many tokens
+    sequence b sees."""
+    B, N, H = q.shape
+    K, _, L, _ = k_pages.shape
+    out = np.zeros((B, N, H))
+    for b in range(B):
+        seen = visible(b) if visible else lengths[b]
+        if seen == 0:
+            continue
+        k = k_pages[:, page_indices[b]].reshape(K, -1, H)[:, :seen].astype(np.float64)
+        v = v_pages[:, page_indices[b]].reshape(K, -1, H)[:, :seen].astype(np.float64)
+        heads = [head_of(n) if head_of else n // (N // K) for n in range(N)]
+        s = np.einsum("nh,nth->nt", q[b].astype(np.float64), k[heads])
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        out[b] = np.einsum("nt,nth->nh", p / p.sum(axis=1, keepdims=True), v[heads])
+    return out
+
+
+@puzzle("pipelining.paged_attention")
+@pytest.mark.parametrize("B, N, K, H, L, pages_per_sequence, pages_per_block, lengths, dtype", [
+    pytest.param(4, 4, 2, 128, 8, 4, 2, (1, 24, 13, 0), "float32",
+                 id="B=4 N=4 K=2 H=128 L=8 pages_per_block=2 lengths=1,24,13,0"),
+    pytest.param(2, 2, 2, 128, 16, 4, 1, (17, 64), "bfloat16",
+                 id="B=2 N=K=2 L=16 pages_per_block=1 lengths=17,64 bf16"),
+    pytest.param(16, 32, 8, 128, 16, 64, 8, tuple(range(1, 1025, 64)), "bfloat16",
+                 id="B=16 N=32 K=8 L=16 pages_per_block=8 bf16-tpu", marks=on_tpu),
+])
+def test_paged_attention(B, N, K, H, L, pages_per_sequence, pages_per_block, lengths, dtype,
+                         rng):
+    q, k_pages, v_pages, page_indices = paged_inputs(rng, B, N, K, H, L, pages_per_sequence,
+                                                     dtype)
+    lengths = np.asarray(lengths, np.int32)
+    ran = measure(pipelining.paged_attention, q, k_pages, v_pages, lengths, page_indices,
+                  pages_per_block=pages_per_block, structure=PAGED)
+    args = (q, k_pages, v_pages, lengths, page_indices)
+    tokens_per_block = pages_per_block * L
+
+    def seeing(visible=None, **options):
+        return lambda: decode_attention(*args, visible=visible, **options).astype(dtype)
+
+    check_empty_sequences(ran, lengths)
+    check(ran, decode_attention(*args).astype(dtype), blocks=(1, None, None), axes="B N H",
+          tolerance=2e-4 if dtype == "float32" else None,
+          likely={"mask_missing": seeing(lambda b: cdiv(lengths[b], L) * L),
+                  "block_not_masked": seeing(
+                      lambda b: cdiv(lengths[b], tokens_per_block) * tokens_per_block),
+                  "head_modulo": seeing(head_of=lambda n: n % K),
+                  "first_block_only": seeing(lambda b: min(lengths[b], tokens_per_block)),
+                  "last_block_only": lambda: last_block_only(*args, tokens_per_block, dtype)})
+    G, itemsize = N // K, q.itemsize
+    blocks = [cdiv(n, tokens_per_block) for n in lengths]
+    every = B * (pages_per_sequence // pages_per_block)
+    block_flops = 2 * (2 * G * tokens_per_block * H)   # scores and p @ v
+    check_work(ran, flops=K * sum(blocks) * block_flops,
+               likely={"every_block": K * every * block_flops})
+    page = L * H * itemsize
+    pages = [cdiv(n, L) for n in lengths]
+    needed = 2 * q.nbytes + 2 * K * sum(pages) * page          # q in, o out, K and V pages
+    check_traffic(ran, reference=needed, minimum=needed)
+    if max(blocks) > 1:
+        check_overlap(ran, at_least=2 * pages_per_block + 2, why=(
+            "Start the pages of block i + 1 into the other slot before you wait for the "
+            "pages of block i."))
+    lowers_for_tpu(ran)
+
+
+def check_empty_sequences(ran, lengths):
+    """A sequence of length 0 gives zeros, never NaN."""
+    nan = np.isnan(np.asarray(ran.output, np.float32)).any(axis=(1, 2))
+    if nan.any() and (nan == (lengths == 0)).all():
+        fail("empty_sequence_nan", (
+            "the sequences of length 0 came out NaN: with no token the softmax has nothing "
+            "to sum, and acc / l is 0 / 0. A sequence of length 0 gives zeros."),
+            [("nan", f"sequences {', '.join(map(str, np.flatnonzero(nan)))}: length 0")])
+
+
+def last_block_only(q, k_pages, v_pages, lengths, page_indices, tokens_per_block, dtype):
+    """Each sequence attends over the tokens of its last block only (the running state
+    restarted at every block)."""
+    K, _, _, H = k_pages.shape
+    out = np.zeros(q.shape)
+    for b, n in enumerate(lengths):
+        if n:
+            start = (n - 1) // tokens_per_block * tokens_per_block
+            k = k_pages[:, page_indices[b]].reshape(K, -1, H)[:, start:n]
+            v = v_pages[:, page_indices[b]].reshape(K, -1, H)[:, start:n]
+            out[b] = attend(q[b], k, v)
+    return out.astype(dtype)
+
+
+def attend(q, k, v):
+    """q [N, H] over k, v [K, T, H] in float64; query head n reads K/V head n // (N // K)."""
+    N, K = q.shape[0], k.shape[0]
+    heads = [n // (N // K) for n in range(N)]
+    s = np.einsum("nh,nth->nt", q.astype(np.float64), k[heads].astype(np.float64))
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return np.einsum("nt,nth->nh", p / p.sum(axis=1, keepdims=True),
+                     v[heads].astype(np.float64))
+
+
+@puzzle("pipelining.paged_attention")
+@pytest.mark.parametrize("N, K, pages_per_block", [
+    pytest.param(4, 3, 1, id="N=4 K=3 (K does not divide N)"),
+    pytest.param(4, 2, 3, id="pages_per_block=3 (does not divide pages_per_sequence=4)"),
+])
+def test_paged_attention_checks_its_arguments(N, K, pages_per_block, rng):
+    """Bad arguments fail up front, with a message that names the argument."""
+    import jax
+
+    q, k_pages, v_pages, page_indices = paged_inputs(rng, 2, N, K, 128, 8, 4, "float32")
+    lengths = np.array([8, 3], np.int32)
+    bad, name = (f"N={N}, K={K}", "K") if N % K else (f"pages_per_block={pages_per_block}",
+                                                     "pages_per_block")
+    try:
+        jax.eval_shape(lambda *a: pipelining.paged_attention(
+            *a, pages_per_block=pages_per_block), q, k_pages, v_pages, lengths, page_indices)
+    except ValueError as error:
+        if name in str(error):
+            return
+        fail("argument_check", f"paged_attention({bad}) raised a ValueError that does not "
+             f"name {name}.", [("raised", str(error)[:200])])
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail("argument_check", f"paged_attention({bad}) should raise a ValueError that names "
+             "the argument before any kernel is built; it failed later, inside JAX.",
+             [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+    fail("argument_check", f"paged_attention({bad}) should raise a ValueError that names the "
+         "argument; it raised nothing.")

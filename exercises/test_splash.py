@@ -1,0 +1,655 @@
+"""Tests for exercises/splash.py. Run them, don't edit them:
+
+    pytest exercises/test_splash.py                   # all puzzles of the chapter
+    pytest exercises/test_splash.py -k skip_empty     # one puzzle
+    pytest exercises/test_splash.py -k skip_empty --hint
+
+The table puzzles (categories, families, compact, dedup) compare your NumPy with
+the tables the kernel needs, entry by entry. The kernel puzzles compare your
+output with masked attention computed in float64 NumPy (a query that sees no key
+gets 0), on at least two shapes; count the dot work your kernel executed (only
+blocks with a visible key may be computed) and, where the lesson is data
+movement, the bytes it moved between HBM and VMEM; then check that the kernel
+would compile for a real TPU. Tests marked `tpu` run realistic sizes on a real
+TPU and are skipped elsewhere.
+
+Masks are NumPy booleans, handed to your functions as they are (never traced):
+everything about them is known before the kernel is built. The masks here are
+made by the tests themselves, not by your make_mask.
+"""
+import functools
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_work, fail,
+                                 lowers_for_tpu, measure)
+
+splash = chapter("splash")
+
+puzzle = pytest.mark.puzzle
+on_tpu = pytest.mark.tpu
+
+EMPTY, PARTIAL, FULL = 0, 1, 2
+
+# What each kernel lesson requires of your program, checked from its trace: your own
+# kernel computes the scores and the softmax, and reads a scalar-prefetched table.
+ATTENTION = Structure(inside={"dot_general", "exp"}, prefetch=True)
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def is_tpu_size(*dims):
+    return math.prod(dims) > 2 ** 26
+
+
+# --- masks, made here (not by your make_mask) --------------------------------
+
+def positions(T, S):
+    return np.arange(T)[:, None], np.arange(S)[None, :]
+
+
+def causal(T, S, *, prefix=0):
+    row, col = positions(T, S)
+    return (col <= row) | (col < prefix)
+
+
+def window(T, S, left, right):
+    row, col = positions(T, S)
+    visible = np.ones((T, S), bool)
+    if left is not None:
+        visible &= row - col <= left
+    if right is not None:
+        visible &= col - row <= right
+    return visible
+
+
+def random_blocks(rng, T, S, block_q, block_kv, *, patterns=3, every_row_sees=True):
+    """A mask drawn block by block: each block empty, full or one of a few partial
+    patterns (so that patterns repeat). every_row_sees: each query sees a key."""
+    pool = rng.uniform((patterns, block_q, block_kv)) < 0.5
+    if every_row_sees:  # each row of a pattern sees one key at least
+        pool[np.arange(patterns)[:, None], np.arange(block_q)[None, :],
+             rng.integers((patterns, block_q), 0, block_kv)] = True
+    pool[:, 0, 0], pool[:, -1, -1] = True, False   # partial for sure
+    nq, nkv = T // block_q, S // block_kv
+    kind = rng.integers((nq, nkv), -2, patterns)   # -2 empty, -1 full, else a pattern
+    empty_before = None
+    for i in range(nq):
+        # Every kind in each row (as far as the row is long); the empty tile, order[1],
+        # never where the row above had its own, nor last in row 0.
+        order = [int(j) for j in rng.permutation(nkv)]
+        if nkv > 1 and order[1] in (empty_before, nkv - 1 if i == 0 else None):
+            order[0], order[1] = order[1], order[0]
+        kind[i, order[:3]] = [-1, -2, 0][:min(3, nkv)]
+        empty_before = order[1] if nkv > 1 else None
+    kind[0, -1] = max(kind[0, -1], -1)   # row 0 ends on a tile with keys: its last step counts
+    mask = np.zeros((T, S), bool)
+    for i, j in np.ndindex(nq, nkv):
+        block = (slice(i * block_q, (i + 1) * block_q), slice(j * block_kv, (j + 1) * block_kv))
+        mask[block] = True if kind[i, j] == -1 else False if kind[i, j] == -2 \
+            else pool[kind[i, j]]
+    return mask
+
+
+def blocks_of(mask, block_q, block_kv):
+    """(index, block) for every (q block, kv block) of mask [..., T, S], row-major."""
+    *lead, T, S = mask.shape
+    for *head, i, j in np.ndindex(*lead, T // block_q, S // block_kv):
+        yield (*head, i, j), mask[(*head, slice(i * block_q, (i + 1) * block_q),
+                                   slice(j * block_kv, (j + 1) * block_kv))]
+
+
+def categories_of(mask, block_q, block_kv):
+    *lead, T, S = mask.shape
+    categories = np.zeros((*lead, T // block_q, S // block_kv), np.int8)
+    for at, block in blocks_of(mask, block_q, block_kv):
+        categories[at] = FULL if block.all() else PARTIAL if block.any() else EMPTY
+    return categories
+
+
+# --- the tables, as the kernel needs them ------------------------------------
+
+def ahead(values, needed):
+    """Every entry not needed takes the value of the next needed entry of its table
+    [R, C] (row-major, the grid's order), the last needed one's after it, 0 if none."""
+    values = np.array(values)
+    for table in np.ndindex(values.shape[:-2]):
+        flat, keep = values[table].reshape(-1), np.asarray(needed)[table].reshape(-1)
+        kept = np.flatnonzero(keep)
+        for p in np.flatnonzero(~keep):
+            later = kept[kept > p]
+            flat[p] = flat[later[0]] if later.size else flat[kept[-1]] if kept.size else 0
+        values[table] = flat.reshape(values[table].shape)
+    return values
+
+
+def compacted(categories):
+    """(data_next, block_mask) [..., T/block_q, width] as compact() returns them."""
+    *lead, nq, nkv = categories.shape
+    width = max(1, int((categories != EMPTY).sum(axis=-1).max(initial=0)))
+    data_next = np.zeros((*lead, nq, width), np.int32)
+    block_mask = np.zeros((*lead, nq, width), np.int32)
+    for row in np.ndindex(*lead, nq):
+        visit = [j for j in range(nkv) if categories[row][j] != EMPTY]
+        data_next[row][:len(visit)] = visit
+        block_mask[row][:len(visit)] = [categories[row][j] for j in visit]
+    return ahead(data_next, block_mask != EMPTY), block_mask
+
+
+def deduplicated(mask, block_q, block_kv):
+    """(mask_blocks [P, block_q, block_kv], block_index [..., T/block_q, S/block_kv])."""
+    stored = []
+    index = np.zeros(categories_of(mask, block_q, block_kv).shape, np.int32)
+    for at, block in blocks_of(mask, block_q, block_kv):
+        if block.any() and not block.all():
+            same = [n for n, kept in enumerate(stored) if np.array_equal(kept, block)]
+            if not same:
+                stored.append(block)
+            index[at] = same[0] if same else len(stored) - 1
+    return np.stack(stored or [np.zeros((block_q, block_kv), bool)]), index
+
+
+def tables_for(mask, N, block_q, block_kv, *, store="distinct"):
+    """(data_next, block_mask, mask_next) [N, T/block_q, width] and the stored mask
+    blocks, for a mask [T, S] or [N, T, S]. store: "distinct" (one block per partial
+    pattern) or "every" (every block of the mask, in row-major order)."""
+    heads = mask if mask.ndim == 3 else mask[None]
+    data_next, block_mask = compacted(categories_of(heads, block_q, block_kv))
+    if store == "distinct":
+        mask_blocks, index = deduplicated(heads, block_q, block_kv)
+    else:
+        M, T, S = heads.shape
+        nq, nkv = T // block_q, S // block_kv
+        mask_blocks = heads.reshape(M, nq, block_q, nkv, block_kv).swapaxes(2, 3) \
+            .reshape(-1, block_q, block_kv)
+        index = np.arange(M * nq * nkv, dtype=np.int32).reshape(M, nq, nkv)
+    mask_next = ahead(np.take_along_axis(index, data_next, axis=-1), block_mask == PARTIAL)
+    tables = [np.ascontiguousarray(np.broadcast_to(t, (N, *t.shape[1:])))
+              for t in (data_next, block_mask, mask_next)]
+    return (*tables, mask_blocks)
+
+
+# --- attention in float64 NumPy: the expected values ----------------------------
+
+def attention(q, k, v, mask, *, sm_scale=None, head_of=None):
+    """o [B, N, T, H] in float64 for mask [T, S] or [N, T, S]; a query that sees no
+    key gets 0. Query head n reads K/V head head_of(n) (default n // (N // K))."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    (_, N, _, H), K = q.shape, k.shape[1]
+    heads = [head_of(n) if head_of else n // (N // K) for n in range(N)]
+    s = np.einsum("bnth,bnsh->bnts", q, k[:, heads])
+    s *= 1 / math.sqrt(H) if sm_scale is None else sm_scale
+    s = np.where(np.broadcast_to(mask, (N, *mask.shape[-2:]))[None], s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(m), m, 0))
+    l = e.sum(axis=-1, keepdims=True)
+    return (e @ v[:, heads]) / np.where(l == 0, 1, l)
+
+
+def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None):
+    """o in float64 of a kernel that follows tables = (data_next, block_mask, mask_next,
+    mask_blocks) step by step. kv_of(n, i, j) / mask_of(n, i, j) replace the kv block
+    and the stored mask block a step reads (a wrong index map)."""
+    data_next, block_mask, mask_next, mask_blocks = tables
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    (B, N, T, H), K = q.shape, k.shape[1]
+    block_q, block_kv = mask_blocks.shape[1:]
+    scale = 1 / math.sqrt(H) if sm_scale is None else sm_scale
+    o = np.zeros(q.shape)
+    for b, n, i in np.ndindex(B, N, T // block_q):
+        keys, values, visible = [], [], []
+        for j in range(data_next.shape[-1]):
+            if block_mask[n, i, j] == EMPTY:
+                continue
+            kv = kv_of(n, i, j) if kv_of else data_next[n, i, j]
+            rows = slice(kv * block_kv, (kv + 1) * block_kv)
+            keys.append(k[b, n // (N // K), rows])
+            values.append(v[b, n // (N // K), rows])
+            stored = mask_blocks[mask_of(n, i, j) if mask_of else mask_next[n, i, j]]
+            visible.append(stored if block_mask[n, i, j] == PARTIAL else np.ones_like(stored))
+        if keys:
+            rows = slice(i * block_q, (i + 1) * block_q)
+            o[b, n, rows] = attention(q[b:b + 1, n:n + 1, rows], np.concatenate(keys)[None, None],
+                                      np.concatenate(values)[None, None],
+                                      np.concatenate(visible, axis=1), sm_scale=scale)[0, 0]
+    return o
+
+
+def inputs(rng, B, N, K, T, S, H, dtype="float32", scale=1.0):
+    return (rng.normal((B, N, T, H), dtype, scale=scale), rng.normal((B, K, S, H), dtype),
+            rng.normal((B, K, S, H), dtype))
+
+
+def dot_flops(steps, block_q, block_kv, H):
+    """Two (block_q x H) @ (H x block_kv)-sized dots per computed block."""
+    return steps * 2 * 2 * block_q * block_kv * H
+
+
+# 1 -------------------------------------------------------------------------
+@puzzle("splash.categories")
+@pytest.mark.parametrize("heads, T, S, block_q, block_kv", [
+    pytest.param(None, 64, 96, 16, 32, id="T=64 S=96 block_q=16 block_kv=32"),
+    pytest.param(3, 48, 48, 16, 8, id="N=3 T=S=48 block_q=16 block_kv=8 (a mask per head)"),
+    pytest.param(None, 8, 8, 8, 8, id="T=S=8 (one block)"),
+    pytest.param(8, 8192, 8192, 512, 512, id="N=8 T=S=8192-tpu", marks=on_tpu),
+])
+def test_categories(heads, T, S, block_q, block_kv, rng):
+    masks = [random_blocks(rng, T, S, block_q, block_kv, every_row_sees=False)
+             for _ in range(heads or 1)]
+    mask = np.stack(masks) if heads else masks[0]
+    yours = splash.block_categories(mask, block_q, block_kv)
+    expected = categories_of(mask, block_q, block_kv)
+    nq, nkv = T // block_q, S // block_kv
+
+    def counted(reshaped):   # categories of "blocks" cut by another reshape
+        some, every = reshaped.any(axis=(-2, -1)), reshaped.all(axis=(-2, -1))
+        return (some.astype(np.int8) + every).astype(np.int8)
+
+    check(yours, expected, blocks=(1,) * expected.ndim,
+          axes=" ".join(["N"] * (expected.ndim - 2) + ["i", "j"]),
+          likely={"codes_swapped": lambda: np.choose(expected, [EMPTY, FULL, PARTIAL])
+                  .astype(np.int8),
+                  "not_blocks": lambda: counted(mask.reshape(*mask.shape[:-2], nq, nkv,
+                                                             block_q, block_kv)),
+                  "any_only": lambda: (expected != EMPTY).astype(np.int8),
+                  "all_only": lambda: (expected == FULL).astype(np.int8)})
+
+
+# 2 -------------------------------------------------------------------------
+def block_structure(B, N, T, S, H, block_q, block_kv):
+    return ATTENTION.where(grid=(B, N, T // block_q, S // block_kv),
+                           blocks={0: (None, None, block_q, H), 1: (None, None, block_kv, H),
+                                   3: (block_q, block_kv)})
+
+
+@puzzle("splash.skip_empty")
+@pytest.mark.parametrize("B, N, T, S, H, block_q, block_kv, shape, dtype", [
+    pytest.param(1, 2, 128, 384, 64, 64, 128, "random", "float32",
+                 id="B=1 N=2 T=128 S=384 H=64 block_q=64 block_kv=128 random blocks"),
+    pytest.param(2, 1, 128, 256, 128, 128, 128, "causal", "bfloat16",
+                 id="B=2 N=1 T=128 S=256 H=128 bf16 keys j<=i (a partial and an empty block)"),
+    pytest.param(2, 8, 4096, 4096, 128, 512, 512, "causal", "bfloat16",
+                 id="B=2 N=8 T=S=4096 bf16 keys j<=i-tpu", marks=on_tpu),
+])
+def test_skip_empty(B, N, T, S, H, block_q, block_kv, shape, dtype, rng):
+    """Right values; and the work of the non-empty blocks only (an empty block's dots
+    are skipped). Scores spread wide (q scaled by 3) so the running max moves."""
+    q, k, v = inputs(rng, B, N, N, T, S, H, dtype, scale=3.0)
+    mask = causal(T, S) if shape == "causal" else random_blocks(rng, T, S, block_q, block_kv)
+    ran = measure(splash.flash_block_mask, q, k, v, mask=mask, block_q=block_q,
+                  block_kv=block_kv, structure=block_structure(B, N, T, S, H, block_q, block_kv))
+    categories = categories_of(mask, block_q, block_kv)
+
+    def blockwise(category_mask):   # each block's elements visible as its category says
+        return lambda: attention(q, k, v, np.kron(category_mask, np.ones((block_q, block_kv),
+                                                                          bool))).astype(dtype)
+
+    check(ran, attention(q, k, v, mask).astype(dtype), blocks=(1, 1, block_q, None),
+          axes="B N T H", tolerance=1e-4 if dtype == "float32" else None,
+          likely={"mask_ignored": lambda: attention(q, k, v, np.ones_like(mask)).astype(dtype),
+                  "partial_unmasked": blockwise(categories != EMPTY),
+                  "partial_skipped": blockwise(categories == FULL)})
+    if is_tpu_size(B, N, T, S):
+        return
+    visited = int((categories != EMPTY).sum())
+    check_work(ran, flops=B * N * dot_flops(visited, block_q, block_kv, H),
+               likely={"every_block": B * N * dot_flops(categories.size, block_q, block_kv, H)})
+    lowers_for_tpu(ran)
+
+
+# 3 -------------------------------------------------------------------------
+FAMILIES = {   # name: (make_mask options, the mask they mean), from (T, S, rng)
+    "causal": lambda T, S, rng: (dict(causal=True), causal(T, S)),
+    "window": lambda T, S, rng: (lambda left, right: (
+        dict(window=(left, right)), window(T, S, left, right)))(
+            *(int(x) for x in rng.integers((2,), 1, 12))),
+    "lookahead": lambda T, S, rng: (lambda right: (
+        dict(window=(None, right)), window(T, S, None, right)))(int(rng.integers((), 0, 6))),
+    "sliding": lambda T, S, rng: (lambda left: (
+        dict(causal=True, window=(left, None)), causal(T, S) & window(T, S, left, None)))(
+            int(rng.integers((), 2, 10))),
+    "prefix": lambda T, S, rng: (lambda prefix: (
+        dict(causal=True, prefix=prefix), causal(T, S, prefix=prefix)))(
+            int(rng.integers((), 3, min(T, S) - 2))),
+    "segments": lambda T, S, rng: (lambda q_ids, kv_ids: (
+        dict(segments=(q_ids, kv_ids)), q_ids[:, None] == kv_ids[None, :]))(
+            np.sort(rng.integers((T,), 0, 4)), np.sort(rng.integers((S,), 0, 4))),
+    "causal documents": lambda T, S, rng: (lambda ids: (
+        dict(causal=True, segments=(ids[:T], ids[:S])),
+        causal(T, S) & (ids[:T, None] == ids[None, :S])))(np.sort(rng.integers((max(T, S),),
+                                                                                 0, 5))),
+}
+
+
+@puzzle("splash.families")
+@pytest.mark.parametrize("T, S", [
+    pytest.param(24, 40, id="T=24 S=40"),
+    pytest.param(33, 17, id="T=33 S=17 (more queries than keys)"),
+    pytest.param(8192, 8192, id="T=S=8192-tpu", marks=on_tpu),
+])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_families(family, T, S, rng):
+    options, expected = FAMILIES[family](T, S, rng)
+    yours = splash.make_mask(T, S, **options)
+    row, col = positions(T, S)
+    left, right = options.get("window") or (None, None)
+    prefix = options.get("prefix", 0)
+    likely = {}
+    if options.get("causal"):
+        likely["causal_strict"] = lambda: expected & (col != row)
+    if options.get("segments") is not None:
+        likely["segments_ignored"] = lambda: causal(T, S) if options.get("causal") \
+            else np.ones_like(expected)
+    if left is not None and right is not None:
+        likely["window_exclusive"] = lambda: window(T, S, left - 1, right - 1)
+        likely["window_sides_swapped"] = lambda: window(T, S, right, left)
+    if left is not None and right is None:
+        likely["window_exclusive"] = lambda: causal(T, S) & window(T, S, left - 1, None)
+    if left is None and right is not None:
+        likely["window_exclusive"] = lambda: window(T, S, None, right - 1)
+    if prefix:
+        likely["prefix_inclusive"] = lambda: causal(T, S, prefix=prefix + 1)
+        likely["prefix_without_causal"] = lambda: np.broadcast_to(col < prefix, (T, S))
+        likely["prefix_narrows"] = lambda: causal(T, S) & (col < prefix)
+    check(yours, expected, blocks=(8, 8), axes="T S", likely=likely)
+
+
+# 4 -------------------------------------------------------------------------
+@puzzle("splash.compact")
+@pytest.mark.parametrize("heads, nq, nkv, empty_rows", [
+    pytest.param(None, 6, 5, 1, id="6 q blocks x 5 kv blocks, an empty row"),
+    pytest.param(3, 4, 7, 2, id="3 tables of 4 x 7, empty rows (one at the start)"),
+    pytest.param(None, 1, 1, 0, id="one block"),
+    pytest.param(16, 64, 64, 4, id="16 tables of 64 x 64-tpu", marks=on_tpu),
+])
+def test_compact(heads, nq, nkv, empty_rows, rng):
+    categories = rng.integers((heads or 1, nq, nkv), 0, 3, dtype="int8")
+    categories[:, rng.permutation(nq)[:empty_rows]] = EMPTY
+    if heads and empty_rows:
+        categories[0, 0] = EMPTY   # a table that starts with nothing to visit
+    categories[-1, :, -1] = EMPTY  # the tables' last block is never the last visit
+    if nq == nkv == 1:
+        categories[...] = PARTIAL
+    if not heads:
+        categories = categories[0]
+    data_next, block_mask = compacted(categories)
+    yours = splash.compact(categories)
+    if not (isinstance(yours, tuple) and len(yours) == 2):
+        fail("returned", "compact returns a tuple of two arrays, (data_next, block_mask).",
+             [("returned", f"{type(yours).__name__}")])
+    padding = block_mask == EMPTY
+    lead = " ".join(["N"] * (categories.ndim - 2))
+    check(yours[1], block_mask, name="block_mask", axes=f"{lead} i j".strip(),
+          blocks=(1,) * block_mask.ndim)
+    check(yours[0], data_next, name="data_next", axes=f"{lead} i j".strip(),
+          blocks=(1,) * block_mask.ndim,
+          likely={"padding_zero": lambda: np.where(padding, 0, data_next),
+                  "padding_repeats_previous": lambda: previous_filled(data_next, padding)})
+
+
+def previous_filled(data_next, padding):
+    """Padding entries that repeat the entry before them (0 at a table's start)."""
+    out = np.array(data_next)
+    for table in np.ndindex(out.shape[:-2]):
+        flat, pad = out[table].reshape(-1), padding[table].reshape(-1)
+        for p in range(flat.size):
+            if pad[p]:
+                flat[p] = flat[p - 1] if p else 0
+        out[table] = flat.reshape(out[table].shape)
+    return out
+
+
+# 5 -------------------------------------------------------------------------
+def kv_budget(tables, B, block_kv, H, itemsize):
+    """K and V bytes when each q head fetches its visited blocks once each (a head with
+    nothing to visit still fetches one block)."""
+    visited = (tables[1] != EMPTY).reshape(tables[1].shape[0], -1).sum(axis=1)
+    return 2 * B * int(np.maximum(visited, 1).sum()) * block_kv * H * itemsize
+
+
+def mask_budget(tables, B):
+    """Mask bytes when each head fetches a stored block only for its partial steps."""
+    partial = (tables[1] == PARTIAL).reshape(tables[1].shape[0], -1).sum(axis=1)
+    return B * int(np.maximum(partial, 1).sum()) * int(np.prod(tables[3].shape[1:]))
+
+
+def needed_kv(tables, B, K, block_kv, H, itemsize):
+    """K and V bytes if every block some query needs were fetched once per kv head."""
+    data_next, block_mask = tables[:2]
+    N = data_next.shape[0]
+    needed = {(n // (N // K), kv) for n, i, j in zip(*np.nonzero(block_mask))
+              for kv in [data_next[n, i, j]]}
+    return 2 * B * len(needed) * block_kv * H * itemsize
+
+
+def check_kv_traffic(ran, budget):
+    """K and V (operands 1 and 2 of the kernel): at most `budget` bytes."""
+    moved = sum(op.bytes for op in ran.traffic.operands[1:3])
+    if moved > budget:
+        fail("kv_traffic", "your kernel fetches more K/V bytes than the visited blocks: "
+             "each step of the grid should fetch the K/V block its table names, and a "
+             "step with nothing to do should name a block that is already there.",
+             [("K and V", f"moved: yours {moved} B · the visited blocks, once per q head "
+                          f"{budget} B")])
+
+
+def sparse_structure(B, N, T, H, tables):
+    block_q, block_kv = tables[3].shape[1:]
+    return ATTENTION.where(grid=(B, N, T // block_q, tables[0].shape[-1]),
+                           blocks={0: (None, None, block_q, H), 1: (None, None, block_kv, H),
+                                   3: (None, block_q, block_kv)})
+
+
+@puzzle("splash.sparse_grid")
+@pytest.mark.parametrize("B, N, K, T, S, H, block_q, block_kv, shape, store, dtype", [
+    pytest.param(1, 4, 2, 128, 512, 64, 64, 128, "random", "every", "float32",
+                 id="B=1 N=4 K=2 T=128 S=512 H=64 block_q=64 a mask per head"),
+    pytest.param(1, 1, 1, 128, 384, 128, 128, 128, "causal", "distinct", "bfloat16",
+                 id="N=K=1 T=128 S=384 H=128 bf16 keys j<=i (one q block, one visit)"),
+    pytest.param(2, 8, 2, 4096, 4096, 128, 512, 512, "causal", "distinct", "bfloat16",
+                 id="B=2 N=8 K=2 T=S=4096 bf16 keys j<=i-tpu", marks=on_tpu),
+])
+def test_sparse_grid(B, N, K, T, S, H, block_q, block_kv, shape, store, dtype, rng):
+    """splash_call on tables made here: right values, the work of the visited steps
+    only, and K/V bytes of the visited blocks once per q head."""
+    q, k, v = inputs(rng, B, N, K, T, S, H, dtype, scale=3.0)
+    if shape == "causal":
+        mask = causal(T, S)
+    else:
+        mask = np.stack([random_blocks(rng, T, S, block_q, block_kv) for _ in range(N)])
+    tables = tables_for(mask, N, block_q, block_kv, store=store)
+    ran = measure(splash.splash_call, q, k, v, *tables, structure=sparse_structure(
+        B, N, T, H, tables))
+    data_next, block_mask, mask_next, _ = tables
+
+    def wrong(**changes):
+        return lambda: following(q, k, v, tables, **changes).astype(dtype)
+
+    check(ran, attention(q, k, v, mask).astype(dtype), blocks=(1, 1, block_q, None),
+          axes="B N T H", tolerance=1e-4 if dtype == "float32" else None,
+          likely={"kv_follows_j": wrong(kv_of=lambda n, i, j: j),
+                  "mask_from_kv_index": wrong(
+                      mask_of=lambda n, i, j: data_next[n, i, j] % len(tables[3])),
+                  "head_modulo": lambda: attention(q, k, v, mask,
+                                                   head_of=lambda n: n % K).astype(dtype)})
+    if is_tpu_size(B, N, T, S):
+        return
+    steps = B * int((block_mask != EMPTY).sum())
+    check_work(ran, flops=dot_flops(steps, block_q, block_kv, H),
+               likely={"padding_steps": dot_flops(B * block_mask.size, block_q, block_kv, H)})
+    itemsize = q.dtype.itemsize
+    kv = kv_budget(tables, B, block_kv, H, itemsize)
+    check_kv_traffic(ran, kv)
+    check_traffic(ran, reference=2 * q.nbytes + kv + mask_budget(tables, B),
+                  minimum=2 * q.nbytes + needed_kv(tables, B, K, block_kv, H, itemsize))
+    lowers_for_tpu(ran)
+
+
+# 6 -------------------------------------------------------------------------
+@puzzle("splash.dedup")
+@pytest.mark.parametrize("heads, T, S, block_q, block_kv, shape", [
+    pytest.param(None, 128, 128, 32, 32, "causal", id="T=S=128 block_q=block_kv=32 keys j<=i"),
+    pytest.param(2, 96, 160, 32, 32, "random", id="N=2 T=96 S=160 random blocks"),
+    pytest.param(None, 64, 128, 16, 32, "window", id="T=64 S=128 block_q=16 block_kv=32 window"),
+    pytest.param(None, 32, 64, 32, 32, "full", id="T=32 S=64 nothing partial"),
+    pytest.param(8, 8192, 8192, 512, 512, "window", id="N=8 T=S=8192 window-tpu", marks=on_tpu),
+])
+def test_dedup(heads, T, S, block_q, block_kv, shape, rng):
+    def one():
+        if shape == "causal":
+            return causal(T, S)
+        if shape == "window":
+            return window(T, S, int(rng.integers((), 20, 40)), int(rng.integers((), 0, 20)))
+        if shape == "full":
+            return np.ones((T, S), bool)
+        return random_blocks(rng, T, S, block_q, block_kv, every_row_sees=False)
+
+    mask = np.stack([one() for _ in range(heads)]) if heads else one()
+    stored, index = deduplicated(mask, block_q, block_kv)
+    yours = splash.dedup_blocks(mask, block_q, block_kv)
+    if not (isinstance(yours, tuple) and len(yours) == 2):
+        fail("returned", "dedup_blocks returns a tuple of two arrays, (mask_blocks, "
+             "block_index).", [("returned", f"{type(yours).__name__}")])
+    blocks, block_index = (np.asarray(x) for x in yours)
+    categories = categories_of(mask, block_q, block_kv)
+    partial, full = int((categories == PARTIAL).sum()), int((categories == FULL).sum())
+    count = ("stored", f"blocks: yours {len(blocks)} · distinct partial patterns "
+                       f"{len(stored) if partial else 0} · partial blocks {partial} · full "
+                       f"{full}")
+    if len(blocks) != len(stored) and partial:
+        if len(blocks) == partial != len(stored):
+            fail("not_deduplicated", "you stored every partial block, one per (q block, "
+                 "kv block): store each distinct pattern once.", [count])
+        if len(blocks) in (partial + full, len(stored) + 1):
+            fail("full_stored", "you stored a full block too: only partial blocks need "
+                 "their mask.", [count])
+    check(blocks, stored, name="mask_blocks", blocks=(1, None, None), axes="P bq bkv")
+    lead = " ".join(["N"] * (categories.ndim - 2))
+    check(np.where(categories == PARTIAL, block_index, 0), index, name="block_index",
+          blocks=(1,) * index.ndim, axes=f"{lead} i j".strip(),
+          likely={"index_one_based": lambda: np.where(categories == PARTIAL, index + 1, 0)})
+
+
+# 7 -------------------------------------------------------------------------
+def padded(n, block):
+    block = min(block, cdiv(n, 8) * 8)
+    return block, cdiv(n, block) * block
+
+
+@puzzle("splash.multihead")
+@pytest.mark.parametrize("B, N, K, T, S, H, block_q, block_kv, shape, dtype", [
+    pytest.param(1, 1, 1, 5, 7, 8, 128, 128, "random", "float32",
+                 id="T=5 S=7 H=8 (blocks shrink to 8)"),
+    pytest.param(1, 4, 2, 100, 300, 64, 64, 128, "per head", "float32",
+                 id="B=1 N=4 K=2 T=100 S=300 H=64 block_q=64 a mask per head"),
+    pytest.param(2, 2, 1, 256, 256, 128, 128, 128, "random", "bfloat16",
+                 id="B=2 N=2 K=1 T=S=256 H=128 bf16 one mask"),
+    pytest.param(2, 8, 2, 4096, 4096, 128, 512, 512, "sliding", "bfloat16",
+                 id="B=2 N=8 K=2 T=S=4096 bf16 sliding window-tpu", marks=on_tpu),
+])
+def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
+    """splash_attention: right values (0 for a query that sees no key); the work of the
+    non-empty blocks only; K/V bytes of those blocks once per q head; the mask stored
+    once per distinct partial pattern."""
+    q, k, v = inputs(rng, B, N, K, T, S, H, dtype, scale=3.0)
+    if shape == "per head":
+        ids = np.sort(rng.integers((S,), 0, 3))
+        q_ids = np.where(np.arange(T) < T // 2, ids[:T], 3)   # segment 3: no key
+        mask = np.stack([causal(T, S), window(T, S, 40, 10), causal(T, S, prefix=30),
+                         q_ids[:, None] == ids[None, :]])
+        mask[1, 5] = False                                     # a query that sees no key
+    elif shape == "sliding":
+        mask = causal(T, S) & window(T, S, 1024, None)
+    else:
+        mask = rng.uniform((T, S)) < 0.6
+        mask[0] = False
+    block_q, T_padded = padded(T, block_q)
+    block_kv, S_padded = padded(S, block_kv)
+    heads = mask if mask.ndim == 3 else mask[None]
+    heads = np.pad(heads, ((0, 0), (0, T_padded - T), (0, S_padded - S)))
+    tables = tables_for(heads, N, block_q, block_kv)
+    structure = ATTENTION.where(grid=(B, N, T_padded // block_q, tables[0].shape[-1]),
+                                outside={"pad", "slice"})
+    ran = measure(splash.splash_attention, q, k, v, mask=mask, block_q=block_q,
+                  block_kv=block_kv, structure=structure)
+
+    def masked_row_mean():  # hidden keys of a visited block count exp(0) = 1 each
+        o = attention(q, k, v, mask)
+        pad = ((0, 0), (0, 0), (0, S_padded - S), (0, 0))
+        v_padded = np.pad(np.asarray(v, np.float64), pad)
+        categories = categories_of(heads, block_q, block_kv)
+        for b, n, t in zip(*np.nonzero(~np.broadcast_to(mask, (B, N, T, S)).any(axis=-1))):
+            seen = np.kron(categories[min(n, len(heads) - 1), t // block_q] != EMPTY,
+                           np.ones(block_kv, bool))
+            if seen.any():
+                o[b, n, t] = v_padded[b, n // (N // K), seen].mean(axis=0)
+        return o.astype(dtype)
+
+    def padding_seen():  # zero keys past S visible to every query
+        pad = ((0, 0), (0, 0), (0, S_padded - S), (0, 0))
+        wide = np.pad(np.broadcast_to(mask, (N, T, S)), ((0, 0), (0, 0), (0, S_padded - S)),
+                      constant_values=True)
+        return attention(q, np.pad(k, pad), np.pad(v, pad), wide).astype(dtype)
+
+    check(ran, attention(q, k, v, mask).astype(dtype), blocks=(1, 1, block_q, None),
+          axes="B N T H", tolerance=1e-4 if dtype == "float32" else None,
+          likely={"head_modulo": lambda: attention(q, k, v, mask,
+                                                   head_of=lambda n: n % K).astype(dtype),
+                  "first_head_mask": lambda: attention(q, k, v, heads[0, :T, :S])
+                  .astype(dtype),
+                  "masked_row_mean": masked_row_mean,
+                  "padding_seen": padding_seen})
+    if is_tpu_size(B, N, T, S) or shape != "per head":
+        return
+    block_mask = tables[1]
+    check_work(ran, flops=dot_flops(B * int((block_mask != EMPTY).sum()), block_q, block_kv, H))
+    itemsize = q.dtype.itemsize
+    kv = kv_budget(tables, B, block_kv, H, itemsize)
+    check_kv_traffic(ran, kv)
+    q_bytes = B * N * T_padded * H * itemsize
+    check_traffic(ran, reference=2 * q_bytes + kv + mask_budget(tables, B),
+                  minimum=2 * q_bytes + needed_kv(tables, B, K, block_kv, H, itemsize))
+    stored = ran.program.sites[0].call.blocks[3]
+    stored_bytes = math.prod(stored.array_shape) * np.dtype(stored.dtype).itemsize
+    distinct = len(tables[3]) * block_q * block_kv
+    if stored_bytes > distinct:
+        fail("mask_store", "the mask blocks your kernel reads take more memory than the "
+             "distinct partial patterns: store each pattern once (dedup_blocks) and point "
+             "the partial steps at it (mask_next).",
+             [("stored", f"yours {stored.array_shape} {stored.dtype} = {stored_bytes} B · "
+                         f"{len(tables[3])} distinct patterns = {distinct} B")])
+    lowers_for_tpu(ran)
+
+
+@puzzle("splash.multihead")
+@pytest.mark.parametrize("bad", [
+    pytest.param("heads", id="N=4 K=3 (K does not divide N)"),
+    pytest.param("mask", id="mask [T, S + 1]"),
+    pytest.param("block", id="block_q=100 (not a multiple of 8)"),
+])
+def test_multihead_checks_its_arguments(bad, rng):
+    """Bad arguments fail up front, with a ValueError, not deep inside a kernel."""
+    N, K, T, S, H = 4, 3 if bad == "heads" else 2, 64, 64, 32
+    q, k, v = inputs(rng, 1, N, K, T, S, H)
+    mask = causal(T, S + 1 if bad == "mask" else S)
+    block_q = 100 if bad == "block" else 128
+    said = {"heads": f"N={N}, K={K}", "mask": f"mask of shape {mask.shape}",
+            "block": f"block_q={block_q}"}[bad]
+    try:
+        jax.eval_shape(functools.partial(splash.splash_attention, mask=mask, block_q=block_q),
+                       q, k, v)
+    except ValueError:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail("argument_check", f"splash_attention({said}) should raise a ValueError that "
+             "names the argument before any kernel is built; it failed later, inside JAX.",
+             [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+    fail("argument_check", f"splash_attention({said}) should raise a ValueError that names "
+         "the argument; it raised nothing.")

@@ -1,0 +1,737 @@
+"""The one place that touches JAX's internals.
+
+The kit reads traced programs (jaxprs), the parameters of ``pallas_call``,
+the TPU interpreter's race reports and XLA's compiler entry point. Public
+names are used wherever JAX has them (``jax.extend.core``, ``pl.Blocked``,
+``jax.ref``); everything else, and every difference between JAX releases,
+lives here, so that a new release touches one file.
+
+Each feature built on internals has a capability probe (``missing()``):
+where a probe fails on some future release, the checks that need that
+feature end as "cannot be verified on JAX X" (``CannotVerify``, a skip that
+never counts as passed) and every other check still runs.
+
+Supported: JAX ``FLOOR`` and newer. JAX 0.11.x reuses a kernel's trace across
+two grids (``pl.num_programs`` keeps the first grid's value, so a sum over a
+grid axis adds the wrong number of steps); ``fix_kernel_trace_cache`` makes
+every kernel trace fresh, which costs nothing measurable and makes 0.11
+exact.
+
+Nothing here imports JAX at module import time.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib.metadata
+import os
+import re
+import sys
+
+import pytest
+
+FLOOR = (0, 8, 0)
+# Releases known to compute wrong answers that the kit cannot work around:
+# version prefix -> why (none today: 0.11's fault is worked around, see above).
+KNOWN_WRONG: dict[str, str] = {}
+# Lets the kit's own tests pretend a feature is missing: "byte accounting,race detection".
+MISSING_ENV = "PALLAS_HINTS_MISSING"
+
+
+# ---------------------------------------------------------------- versions ---
+
+def installed(package: str = "jax") -> str | None:
+    """The installed version of ``package``, read without importing it."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", version)[:3])
+
+
+def unsupported(version: str | None) -> str | None:
+    """Why this JAX cannot run the kit (one sentence with what to do), or None."""
+    floor = ".".join(map(str, FLOOR))
+    if version is None:
+        return ("JAX is not installed in this Python: run `pip install -e .` in the kit's "
+                "folder first (it installs JAX, pytest and the kit's plugin).")
+    if _release(version) < FLOOR:
+        return (f"JAX {version} is older than this kit supports (JAX {floor} or newer): "
+                f"run `pip install -U 'jax>={floor}'`.")
+    for prefix, why in KNOWN_WRONG.items():
+        if version.startswith(prefix):
+            return (f"JAX {version} computes some kernels wrongly ({why}), so the kit "
+                    f"would judge right answers wrong: install another release.")
+    return None
+
+
+def jax_version() -> str:
+    import jax
+
+    return jax.__version__
+
+
+# ---------------------------------------------------------------- features ---
+
+class CannotVerify(pytest.skip.Exception):
+    """A check this JAX cannot support: the test is skipped, never passed."""
+
+    def __init__(self, feature: str, reason: str = ""):
+        self.feature, self.reason = feature, reason
+        super().__init__(f"cannot be verified on JAX {jax_version()}: {feature} is not "
+                         f"available" + (f" ({reason})" if reason else ""), allow_module_level=False)
+
+
+FEATURES = ("structure checks", "work accounting", "byte accounting", "race detection",
+            "compile cache", "TPU lowering check")
+
+
+def missing() -> dict[str, str]:
+    """Feature -> why it is unavailable on this JAX (probed once, lazily)."""
+    found = dict(_probes())
+    for name in os.environ.get(MISSING_ENV, "").split(","):
+        if name.strip():
+            found[name.strip()] = "switched off by the kit's own tests"
+    return found
+
+
+def require(feature: str) -> None:
+    """Raises CannotVerify if ``feature`` is missing on this JAX."""
+    reason = missing().get(feature)
+    if reason is not None:
+        raise CannotVerify(feature, reason)
+
+
+@functools.lru_cache(maxsize=None)
+def _probes() -> tuple[tuple[str, str], ...]:
+    gaps = []
+    try:
+        jaxpr_types()
+        from jax.experimental import pallas as pl
+
+        for name in ("Blocked", "Squeezed", "Element"):
+            getattr(pl, name)
+        _pallas_call_primitive()
+    except Exception as error:
+        for feature in ("structure checks", "work accounting", "byte accounting"):
+            gaps.append((feature, f"{type(error).__name__}: {error}"))
+    if _race_detector() is None and not _reports_races_by_raising():
+        gaps.append(("race detection", "the TPU interpreter's race detector was not found"))
+    if _compiler() is None:
+        gaps.append(("compile cache", "JAX's compile entry point has another signature"))
+    return tuple(gaps)
+
+
+# ------------------------------------------------------------------ jaxprs ---
+
+def jaxpr_types():
+    """(ClosedJaxpr, Jaxpr, Literal, Var) from jax.extend.core."""
+    from jax.extend import core
+
+    return core.ClosedJaxpr, core.Jaxpr, core.Literal, core.Var
+
+
+def is_literal(v) -> bool:
+    from jax.extend import core
+
+    return isinstance(v, core.Literal)
+
+
+def open_jaxpr(x):
+    """(jaxpr, consts) for a Jaxpr or a ClosedJaxpr."""
+    closed, jaxpr, _, _ = jaxpr_types()
+    if isinstance(x, closed):
+        return x.jaxpr, list(x.consts)
+    return x, []
+
+
+def is_jaxpr(x) -> bool:
+    closed, jaxpr, _, _ = jaxpr_types()
+    return isinstance(x, (closed, jaxpr))
+
+
+_CALLS = {"jit", "pjit", "closed_call", "core_call", "eval_jaxpr", "custom_jvp_call",
+          "custom_vjp_call", "custom_vjp_call_jaxpr", "remat2", "checkpoint", "custom_lin",
+          "named_call"}
+
+
+def inlined(eqn):
+    """(jaxpr, consts) of a call-like equation whose body runs once, in place
+    (jit, custom_vjp, remat...); None for anything else."""
+    if eqn.primitive.name not in _CALLS:
+        return None
+    for key in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
+        if is_jaxpr(eqn.params.get(key)):
+            return open_jaxpr(eqn.params[key])
+    return None
+
+
+def sub_jaxprs(eqn) -> list:
+    """Every jaxpr among an equation's parameters, as (jaxpr, consts)."""
+    found = []
+    for value in eqn.params.values():
+        for item in (value if isinstance(value, (tuple, list)) else [value]):
+            if is_jaxpr(item):
+                found.append(open_jaxpr(item))
+    return found
+
+
+def bind(eqn, invals, **overrides):
+    """Applies ``eqn``'s primitive to ``invals`` (while tracing, or eagerly), with some
+    parameters replaced, under the equation's own source location (so errors name
+    the learner's line)."""
+    from jax._src import source_info_util
+
+    params = dict(eqn.params, **overrides)
+    bound = eqn.primitive.get_bind_params(params)
+    subfuns, bound = bound if isinstance(bound, tuple) else ((), bound)  # JAX < 0.9
+    with source_info_util.user_context(eqn.source_info.traceback,
+                                       name_stack=eqn.source_info.name_stack):
+        out = eqn.primitive.bind(*subfuns, *invals, **bound)
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def frames(eqn) -> list[tuple[str, int]]:
+    """(file, line) of the Python frames that made ``eqn``, innermost first."""
+    traceback = getattr(getattr(eqn, "source_info", None), "traceback", None)
+    try:
+        return [(f.file_name, f.line_num) for f in traceback.frames] if traceback else []
+    except Exception:
+        return []
+
+
+def is_ref(aval) -> bool:
+    import jax
+
+    return isinstance(aval, jax.ref.AbstractRef)
+
+
+def memory_space(aval) -> str:
+    """"vmem", "smem", "any", "semaphore"... for a ref's aval ("" when unset)."""
+    space = getattr(aval, "memory_space", None)
+    text = str(getattr(space, "value", space) or "").lower()
+    return {"none": "", "hbm": "any"}.get(text, text)
+
+
+def scan_layout(eqn) -> tuple[int, int]:
+    """(number of consts, number of carries) of a scan equation."""
+    if "num_consts" in eqn.params:
+        return eqn.params["num_consts"], eqn.params["num_carry"]
+    consts, carry, _ = eqn.params["ft_in"].unpack()  # JAX >= 0.12: a flat tree
+    return len(consts.vals), len(carry.vals)
+
+
+def ref_indices(eqn, invals, unknown):
+    """The index a `get`, `swap` or `addupdate` equation applies to its ref, as a
+    tuple of ints, arrays and slices, given the values of its operands; None when
+    a part of it is ``unknown``."""
+    import jax
+    import numpy as np
+
+    tree = eqn.params.get("tree")
+    flat = list(invals[2 if eqn.primitive.name in ("swap", "addupdate") else 1:])
+    if tree is None:
+        return ()
+    if any(v is unknown for v in flat):
+        return None
+    try:
+        transforms = (tree.unflatten(flat) if hasattr(tree, "unflatten")
+                      else jax.tree_util.tree_unflatten(tree, flat))
+    except Exception:
+        return None
+    if len(transforms) == 0:
+        return ()
+    if len(transforms) != 1 or not hasattr(transforms[0], "indices"):
+        return None
+    picked = []
+    for index in transforms[0].indices:
+        if hasattr(index, "start") and hasattr(index, "size"):  # a pl.ds / Slice
+            start, stride = int(index.start), int(getattr(index, "stride", 1) or 1)
+            picked.append(slice(start, start + int(index.size) * stride, stride))
+        else:
+            picked.append(np.asarray(index))
+    return tuple(picked)
+
+
+def dma_copy(eqn) -> tuple[str, str, int]:
+    """(source memory space, destination memory space, bytes) of a dma_start equation."""
+    import numpy as np
+
+    tree = eqn.params["tree"]
+    parts = (tree.unflatten(eqn.invars) if hasattr(tree, "unflatten")
+             else __import__("jax").tree_util.tree_unflatten(tree, eqn.invars))
+    if len(parts) >= 9:  # JAX < 0.9: (src, src transforms, dst, dst transforms, ...)
+        src, src_t, dst = parts[:3]
+    else:                # a TransformedRef each, or a plain ref
+        src, dst = parts[:2]
+        src, src_t = getattr(src, "ref", src), getattr(src, "transforms", ())
+        dst = getattr(dst, "ref", dst)
+    shape = tuple(src.aval.shape)
+    for transform in src_t or ():
+        shape = tuple(int(d) for d in _transformed_shape(transform, shape))
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(src.aval.dtype).itemsize
+    return memory_space(src.aval), memory_space(dst.aval), nbytes
+
+
+@dataclasses.dataclass(frozen=True)
+class DmaRefs:
+    """What a dma_start or dma_wait equation names, given its operands' values during a
+    walk: each ref's value (what the walk holds for it) and the box of it the copy
+    touches, ((start, stop) per dim of the whole ref; None where an index is unknown)."""
+    src: object
+    src_box: tuple | None
+    dst: object
+    dst_box: tuple | None
+    sem: object
+    sem_box: tuple | None
+    nbytes: int        # the size of the destination window (what a wait waits for)
+    remote: bool       # a copy to or from another device: its semaphores are shared
+    outside: str = ""  # "src [(-1, 0)] of shape (2,)": a window past the ends of its ref
+
+
+def dma_refs(eqn, values, unknown) -> DmaRefs:
+    """The refs and windows of a dma_start or dma_wait equation (the same operand
+    layout for both in every release), from the walk's ``values`` of its operands."""
+    import numpy as np
+
+    tree = eqn.params["tree"]
+
+    def unflatten(leaves):
+        return (tree.unflatten(leaves) if hasattr(tree, "unflatten")
+                else __import__("jax").tree_util.tree_unflatten(tree, leaves))
+
+    parts, avals = unflatten(list(values)), unflatten(list(eqn.invars))
+    if len(parts) >= 9:  # JAX < 0.9: (src, src transforms, dst, dst transforms, dst sem,
+        # dst sem transforms, src sem, src sem transforms, device id)
+        pairs = [(parts[i], parts[i + 1] or (), avals[i]) for i in (0, 2, 4)]
+        src_sem, device_id = parts[6], parts[8]
+        dst_transforms = avals[3] or ()
+    else:                # a TransformedRef each, or a plain ref
+        pairs = [(getattr(p, "ref", p), getattr(p, "transforms", ()), getattr(a, "ref", a))
+                 for p, a in zip(parts[:3], avals[:3])]
+        src_sem, device_id = parts[3], parts[4]
+        dst_transforms = getattr(avals[1], "transforms", ())
+    boxes = [_box(tuple(var.aval.shape), transforms, unknown)
+             for _, transforms, var in pairs]
+    dst_var = pairs[1][2]
+    shape = tuple(dst_var.aval.shape)
+    for transform in dst_transforms or ():
+        shape = tuple(int(d) for d in _transformed_shape(transform, shape))
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dst_var.aval.dtype).itemsize
+    outside = ""
+    for name, box, (_, _, var) in zip(("source", "destination", "semaphore"), boxes, pairs):
+        dims = tuple(var.aval.shape)
+        if box is not None and any(lo < 0 or hi > d for (lo, hi), d in zip(box, dims)):
+            outside = f"{name} {[tuple(b) for b in box]} of a ref of shape {dims}"
+            break
+    return DmaRefs(src=pairs[0][0], src_box=boxes[0], dst=pairs[1][0], dst_box=boxes[1],
+                   sem=pairs[2][0], sem_box=boxes[2], nbytes=nbytes,
+                   remote=src_sem is not None or device_id is not None, outside=outside)
+
+
+def _box(shape: tuple, transforms, unknown) -> tuple | None:
+    """The (start, stop) per dim of a ref of ``shape`` that ``transforms`` (``.at[...]``
+    indexers, chained) select; None if an index is unknown or not a plain int or slice."""
+    import numpy as np
+
+    view = list(range(len(shape)))   # dim of the current view -> dim of the whole ref
+    box = [[0, int(d)] for d in shape]
+    for transform in transforms or ():
+        indices = getattr(transform, "indices", None)
+        if indices is None or len(indices) != len(view):
+            return None
+        kept = []
+        for dim, index in zip(view, indices):
+            if hasattr(index, "start") and hasattr(index, "size"):  # pl.ds / a slice
+                start, size = index.start, index.size
+                stride = getattr(index, "stride", 1) or 1
+                if any(v is unknown or np.ndim(v) for v in (start, size, stride)):
+                    return None
+                first = box[dim][0] + int(start)
+                box[dim] = [first, first + (int(size) - 1) * int(stride) + 1]
+                kept.append(dim)
+            else:
+                if index is unknown or np.ndim(index):
+                    return None
+                box[dim] = [box[dim][0] + int(index), box[dim][0] + int(index) + 1]
+        view = kept
+    return tuple(tuple(b) for b in box)
+
+
+def _transformed_shape(transform, shape):
+    if hasattr(transform, "get_indexer_shape"):
+        return transform.get_indexer_shape()
+    if hasattr(transform, "transform_shape"):
+        return transform.transform_shape(shape)
+    raise TypeError(f"unknown ref transform {type(transform).__name__}")
+
+
+def discharged(jaxpr, consts):
+    """``jaxpr`` with its refs turned into plain array inputs (and extra outputs)."""
+    from jax._src.state.discharge import discharge_state
+
+    closed_type = jaxpr_types()[0]
+    try:  # JAX >= 0.9: a ClosedJaxpr in, a ClosedJaxpr out
+        result = discharge_state(closed_type(jaxpr, consts))
+        return result.jaxpr, list(result.consts)
+    except TypeError:
+        out, out_consts = discharge_state(jaxpr, consts)
+        return out, list(out_consts)
+
+
+# -------------------------------------------------------------- pallas_call ---
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """One operand of a pallas_call as its BlockSpec sees it."""
+    name: str
+    is_input: bool
+    block_shape: tuple          # an int per dim; None for a squeezed dim
+    element_dims: tuple         # dims whose index is an element offset (pl.Element)
+    array_shape: tuple
+    dtype: object
+    index_map: tuple            # (jaxpr, consts): grid indices (+ prefetch refs) -> block indices
+    space: str                  # "vmem", "smem", "any" ("" when Pallas picks)
+    index_map_source: tuple = ()  # (file, line) of the index map function, where known
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCall:
+    """What the kit reads from one pallas_call equation."""
+    name: str
+    source: str                 # the file that defines the kernel function
+    line: int
+    grid: tuple                 # ints; None for a grid axis sized at run time
+    num_prefetch: int
+    blocks: tuple               # Block per input then per output
+    num_inputs: int
+    kernel: object              # the kernel's jaxpr: refs in, nothing out
+    scratch: tuple              # avals of the scratch operands
+    dynamic_grid: tuple         # positions of the dynamic grid bounds among the operands
+    semantics: tuple = ()       # "parallel" / "arbitrary" per grid axis, where given
+
+
+def is_kernel(eqn) -> bool:
+    return eqn.primitive.name == "pallas_call"
+
+
+def kernel_call(eqn) -> KernelCall:
+    from jax.experimental import pallas as pl
+
+    params = eqn.params
+    mapping = params["grid_mapping"]
+    kernel = params["jaxpr"]
+    debug = getattr(kernel, "debug_info", None)
+    where = str(getattr(debug, "func_src_info", "") or "")
+    found = re.match(r"(\S+) at (.+):(\d+)$", where)
+    name = str(params.get("name") or (found[1] if found else "kernel"))
+    names = _operand_names(kernel, mapping)
+    blocks = []
+    for n, block in enumerate(mapping.block_mappings):
+        sizes, elements = [], []
+        for d, dim in enumerate(block.block_shape):
+            if isinstance(dim, pl.Squeezed) or dim is None:
+                sizes.append(None)
+            elif isinstance(dim, pl.Element):
+                sizes.append(int(dim.block_size))
+                elements.append(d)
+            else:
+                sizes.append(int(getattr(dim, "block_size", dim)))
+        array = getattr(block, "array_aval", None) or getattr(block, "array_shape_dtype")
+        blocks.append(Block(
+            name=names[n], is_input=n < mapping.num_inputs, block_shape=tuple(sizes),
+            element_dims=tuple(elements), array_shape=tuple(array.shape), dtype=array.dtype,
+            index_map=open_jaxpr(block.index_map_jaxpr),
+            space=memory_space(block.transformed_block_aval),
+            index_map_source=_source(block.index_map_jaxpr)))
+    grid = tuple(g if isinstance(g, int) else None for g in mapping.grid)
+    return KernelCall(
+        name=name, source=found[2] if found else "", line=int(found[3]) if found else 0,
+        grid=grid, num_prefetch=mapping.num_index_operands, blocks=tuple(blocks),
+        num_inputs=mapping.num_inputs, kernel=kernel,
+        scratch=tuple(getattr(mapping, "scratch_avals", ()) or ()),
+        dynamic_grid=tuple(i for i, g in enumerate(grid) if g is None),
+        semantics=_semantics(params.get("compiler_params")))
+
+
+def _semantics(compiler_params) -> tuple:
+    """("parallel", "arbitrary", ...) from a pallas_call's compiler params (a dict of
+    them per backend in JAX < 0.9, the TPU's own params since)."""
+    if hasattr(compiler_params, "get") and not hasattr(compiler_params, "dimension_semantics"):
+        compiler_params = compiler_params.get("mosaic_tpu") or compiler_params.get("mosaic")
+    found = getattr(compiler_params, "dimension_semantics", None) or ()
+    return tuple(str(getattr(s, "value", s)).lower().rsplit(".", 1)[-1] for s in found)
+
+
+def _source(jaxpr) -> tuple:
+    """(file, line) a traced function came from, from its debug info."""
+    debug = getattr(jaxpr, "debug_info", None) or getattr(getattr(jaxpr, "jaxpr", None),
+                                                          "debug_info", None)
+    found = re.match(r"\S+ at (.+):(\d+)$", str(getattr(debug, "func_src_info", "") or ""))
+    return (found[1], int(found[2])) if found else ()
+
+
+def _operand_names(kernel, mapping) -> list[str]:
+    names = getattr(getattr(kernel, "debug_info", None), "arg_names", None)
+    if names is not None and hasattr(mapping, "slice_block_ops"):
+        picked = list(names[mapping.slice_block_ops])
+        if len(picked) == len(mapping.block_mappings) and all(picked):
+            return picked
+    return [str(b.origin) for b in mapping.block_mappings]
+
+
+def _pallas_call_primitive():
+    from jax._src.pallas import pallas_call
+
+    return pallas_call.pallas_call_p
+
+
+# -------------------------------------------------------- the interpreter ---
+
+def set_interpret_mode(on: bool) -> None:
+    from jax.experimental.pallas import tpu as pltpu
+
+    pltpu.set_tpu_interpret_mode(interpret_params() if on else None)
+
+
+def interpret_params():
+    """Interpret mode that makes silent TPU bugs loud: races reported, fresh buffers
+    NaN, out-of-bounds reads an error."""
+    import inspect
+
+    from jax.experimental.pallas import tpu as pltpu
+
+    fields = inspect.signature(pltpu.InterpretParams).parameters
+    extra = {"on_race": "raise"} if "on_race" in fields else {}
+    return pltpu.InterpretParams(detect_races=True, uninitialized_memory="nan",
+                                 out_of_bounds_reads="raise", **extra)
+
+
+def tpu_chip():
+    """A context in which JAX sees a TPU v5e, as far as tracing and lowering ask
+    (``pltpu.emit_pipeline`` picks its DMA tiling by the chip's generation)."""
+    import jax
+
+    if not hasattr(jax.sharding, "AbstractDevice"):
+        return contextlib.nullcontext()
+    try:
+        device = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1,
+                                             platform="tpu")
+    except TypeError:  # JAX < 0.9 has no platform field
+        device = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1)
+    return jax.sharding.use_abstract_mesh(
+        jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device))
+
+
+def traced_for_tpu():
+    """Where the default device is not a TPU: a context in which a learner's code is
+    traced as for a TPU v5e (the kernels are TPU kernels, run in interpret mode)."""
+    import jax
+
+    if jax.devices()[0].platform == "tpu":
+        return contextlib.nullcontext()
+    return tpu_chip()
+
+
+@contextlib.contextmanager
+def compiled_for_tpu():
+    """Inside: pallas_call lowers for a real TPU (a v5e, as far as the lowering asks)
+    even on a CPU and where interpret mode is set."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    with pltpu.force_tpu_interpret_mode(None), tpu_chip():
+        yield
+
+
+def reset_interpreter() -> None:
+    if "jax" not in sys.modules:
+        return
+    from jax.experimental.pallas import tpu as pltpu
+
+    pltpu.reset_tpu_interpret_mode_state()
+
+
+def drop_failed_tokens() -> None:
+    """Forgets the effect tokens of a computation that failed mid-kernel.
+
+    Otherwise JAX hands the failed token to the next computation with the same
+    side effects (the next test's kernel fails for no reason of its own) and
+    waits on it at exit (a long traceback after the summary).
+    """
+    try:
+        from jax._src import dispatch
+    except ImportError:
+        return
+    tokens = getattr(dispatch, "runtime_tokens", None)
+    for name in ("clear", "reset"):
+        if tokens is not None and hasattr(tokens, name):
+            getattr(tokens, name)()
+            return
+
+
+def _race_detector():
+    try:
+        from jax._src.pallas.mosaic.interpret import race_detection_state as detector
+    except ImportError:
+        return None
+    return detector
+
+
+def _reports_races_by_raising() -> bool:
+    import inspect
+
+    from jax.experimental.pallas import tpu as pltpu
+
+    return "on_race" in inspect.signature(pltpu.InterpretParams).parameters
+
+
+RACE_MARK = "RACE DETECTED"
+
+
+@contextlib.contextmanager
+def recording_races(found: list):
+    """Collects the interpreter's race reports (printed by older JAX; raised as
+    errors by JAX >= 0.12, which ``race_in`` finds) into ``found``."""
+    detector = _race_detector()
+    if detector is None or _reports_races_by_raising():
+        yield found
+        return
+
+    def record(*args, **kwargs):
+        found.append(" ".join(str(a) for a in args).strip())
+
+    previous = vars(detector).get("print")
+    detector.print = record  # the detector reports each race with print()
+    try:
+        yield found
+    finally:
+        if previous is None:
+            del detector.print
+        else:
+            detector.print = previous
+
+
+def race_in(error: BaseException) -> str | None:
+    """The race report inside an error raised by the interpreter, if any."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        text = str(error)
+        if RACE_MARK in text:
+            return text[text.index(RACE_MARK):]
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def interpreter_saw_race() -> bool:
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call
+    except ImportError:
+        return False
+    races = getattr(interpret_pallas_call, "races", None)
+    return bool(races is not None and races.races_found)
+
+
+def fix_kernel_trace_cache() -> None:
+    """Makes every kernel trace fresh. JAX 0.11 caches a kernel's trace without the
+    grid it was traced for, and ``pl.num_programs`` is folded into that trace as a
+    constant: the same kernel called again with another grid reuses the first
+    grid's sizes (a sum over 4 grid steps stops after 2). A fresh function object
+    per trace misses that cache; on other releases it changes nothing."""
+    try:
+        from jax._src.pallas import pallas_call as module
+    except ImportError:
+        return
+    original = getattr(module, "_trace_kernel_to_jaxpr", None)
+    if original is None or hasattr(original, "pallas_hints"):
+        return
+
+    @functools.wraps(original)
+    def fresh_trace(fun, *args, **kwargs):
+        return original(functools.partial(fun), *args, **kwargs)
+
+    fresh_trace.pallas_hints = True
+    module._trace_kernel_to_jaxpr = fresh_trace
+
+
+# -------------------------------------------------------------- compiling ---
+
+def _compiler():
+    """JAX's one entry point for compiling a lowered program, if its signature is
+    the one the compile cache knows."""
+    import inspect
+
+    try:
+        from jax._src import compiler
+    except ImportError:
+        return None
+    original = getattr(compiler, "compile_or_get_cached", None)
+    if original is None:
+        return None
+    original = getattr(original, "pallas_hints_original", original)
+    expected = ["backend", "computation", "devices", "compile_options", "host_callbacks",
+                "executable_devices"]
+    if list(inspect.signature(original).parameters)[:6] != expected:
+        return None
+    return compiler
+
+
+def wrap_compiler(hook) -> dict | None:
+    """Routes every compile through ``hook(backend, computation, options, callbacks,
+    executable_devices, compile)``, where ``compile(options)`` compiles as JAX
+    would. Returns the state dict shared with an earlier wrap (a module imported
+    twice), or None where the compiler is not the one expected."""
+    compiler = _compiler()
+    if compiler is None:
+        return None
+    current = compiler.compile_or_get_cached
+    if hasattr(current, "pallas_hints_state"):
+        return current.pallas_hints_state
+    original = current
+
+    def compile_or_get_cached(backend, computation, devices, compile_options,
+                              host_callbacks, executable_devices, *rest, **kw):
+        def compile(options):
+            return original(backend, computation, devices, options, host_callbacks,
+                            executable_devices, *rest, **kw)
+
+        return compile_or_get_cached.pallas_hints_hook(
+            backend, computation, compile_options, host_callbacks, executable_devices, compile)
+
+    compile_or_get_cached.pallas_hints_state = {}
+    compile_or_get_cached.pallas_hints_hook = hook
+    compile_or_get_cached.pallas_hints_original = original
+    compiler.compile_or_get_cached = compile_or_get_cached
+    return compile_or_get_cached.pallas_hints_state
+
+
+def program_text(computation) -> str:
+    """A lowered program as text, without source locations (stable across edits
+    that only move lines)."""
+    from jax._src.interpreters import mlir
+
+    return mlir.module_to_string(computation, enable_debug_info=False)
+
+
+def callbacks_load_as_objects() -> bool:
+    """Whether this jaxlib loads a stored executable with Python callables as its
+    host callbacks (jaxlib < 0.9 takes capsules only)."""
+    from jax._src.lib import xla_client
+
+    return "Callable" in (xla_client.Client.deserialize_executable.__doc__ or "Callable")
+
+
+def load_executable(backend, data: bytes, executable_devices, options, callbacks):
+    """A compiled program stored by ``serialize_executable``, given this run's host
+    callbacks (raises TypeError on a jaxlib that takes them as capsules only)."""
+    return backend.deserialize_executable(data, executable_devices, options,
+                                          host_callbacks=list(callbacks))
+
+
+def serialize_executable(backend, executable) -> bytes:
+    return (executable.serialize() if hasattr(executable, "serialize")
+            else backend.serialize_executable(executable))

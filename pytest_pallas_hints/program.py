@@ -1,0 +1,361 @@
+"""One trace of a learner's function, read as a program.
+
+``trace`` runs the learner's Python once and keeps the jaxpr. Everything the
+kit checks comes from that jaxpr and from one run of it:
+
+* what the program is made of (``Program``): every ``pallas_call`` (its grid,
+  blocks, the file its kernel comes from), every JAX op around the kernels
+  that the result depends on, kernel outputs that nothing uses, outputs that
+  no kernel produced;
+* ``execute``: the value, from one compiled run that also hands back the
+  scalar-prefetch operands each kernel got (what the byte and work accounting
+  need), so no second run, in another mode, is ever made;
+* ``lower_for_tpu``: the same program lowered by the real TPU compiler front end.
+
+The learner's code cannot tell these apart: it ran once, while being traced.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from . import jaxcompat
+
+
+@dataclasses.dataclass
+class Site:
+    """One pallas_call of the program."""
+    index: int
+    call: jaxcompat.KernelCall
+    repeated: bool        # inside a loop or branch of the program: runs 0 or many times
+    foreign: str = ""     # a JAX library file the kernel's code comes from, if any
+
+
+@dataclasses.dataclass
+class Op:
+    """A JAX op outside every kernel that the program's result depends on."""
+    name: str
+    nbytes: int
+    integer: bool         # integer or boolean values only (index metadata)
+    constant: bool        # depends on no input (zeros, iota...)
+
+
+@dataclasses.dataclass
+class Program:
+    closed: object                     # the ClosedJaxpr
+    out_tree: object
+    sites: list[Site]
+    ops: list[Op]                      # live ops outside kernels, in program order
+    unused: list[Site]                 # kernels none of whose outputs the result uses
+    orphans: list[int]                 # program outputs that depend on no kernel
+    callbacks: list[str]               # host callbacks anywhere in the program
+    _by_eqn: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def describe(self) -> str:
+        """Text for everything in the program, parameters included (a cache key)."""
+        return "\n".join(_describe(self.closed))
+
+
+_CALLBACKS = {"pure_callback", "io_callback", "callback"}
+
+
+def trace(fn, args: tuple, static: dict, reading=None) -> Program:
+    """Runs ``fn(*args, **static)``'s Python once, as a trace, and reads the program
+    (inside the context ``reading()``, where given: the kit's own step)."""
+    import contextlib
+
+    import jax
+
+    try:
+        with jaxcompat.traced_for_tpu():  # TPU kernels, whatever runs them here
+            closed, shapes = jax.make_jaxpr(functools.partial(fn, **static),
+                                            return_shape=True)(*args)
+    except Exception as error:
+        raise learners(error)
+    with (reading or contextlib.nullcontext)():
+        return read(closed, jax.tree_util.tree_structure(shapes))
+
+
+def read(closed, out_tree) -> Program:
+    """What a traced program is made of (see ``Program``)."""
+    graph = _Graph()
+    sites: list[Site] = []
+    by_eqn: dict[int, int] = {}
+    callbacks: list[str] = []
+
+    def walk(jaxpr, inputs: list, repeated: bool) -> list:
+        env = dict(zip(jaxpr.invars, inputs))
+        for var in jaxpr.constvars:
+            env[var] = graph.add("const", [])
+
+        def node(v):
+            return None if jaxcompat.is_literal(v) else env.get(v)
+
+        for eqn in jaxpr.eqns:
+            ins = [n for n in map(node, eqn.invars) if n is not None]
+            name = eqn.primitive.name
+            if name in _CALLBACKS:
+                callbacks.append(name)
+            if jaxcompat.is_kernel(eqn):
+                site = Site(len(sites), jaxcompat.kernel_call(eqn), repeated,
+                            _foreign(eqn.params["jaxpr"]))
+                sites.append(site)
+                by_eqn[id(eqn)] = site.index
+                kernel = graph.add("kernel", ins, site=site)
+                outs = [graph.add("kernel_out", [kernel], site=site, position=k)
+                        for k in range(len(eqn.outvars))]
+                callbacks.extend(_callbacks_in(eqn.params["jaxpr"]))
+            elif jaxcompat.inlined(eqn) is not None:
+                inner, _ = jaxcompat.inlined(eqn)
+                outs = walk(inner, [node(v) or graph.add("const", []) for v in eqn.invars],
+                            repeated)
+            else:
+                inner_outs = []
+                for inner, _ in jaxcompat.sub_jaxprs(eqn):  # cond, while, scan...
+                    merged = graph.add("op", ins, name=name, nbytes=0, integer=True)
+                    inner_outs += walk(inner, [merged] * len(inner.invars), True)
+                outs = [graph.add("op", ins + [n for n in inner_outs if n is not None],
+                                  name=name, nbytes=_nbytes(eqn), integer=_integer(eqn))
+                        for _ in eqn.outvars]
+            for var, out in zip(eqn.outvars, outs):
+                env[var] = out
+        return [node(v) for v in jaxpr.outvars]
+
+    inputs = [graph.add("input", []) for _ in closed.jaxpr.invars]
+    outputs = walk(closed.jaxpr, inputs, False)
+    live = graph.ancestors([o for o in outputs if o is not None])
+    data = graph.depends_on_inputs()
+    ops = [Op(info["name"], info["nbytes"], info["integer"], not data[n])
+           for n, (kind, info) in enumerate(graph.info)
+           if kind == "op" and n in live and info["nbytes"]]
+    used = {info["site"].index for n, (kind, info) in enumerate(graph.info)
+            if kind == "kernel_out" and n in live}
+    unused = [site for site in sites if site.index not in used]
+    orphans = [k for k, o in enumerate(outputs)
+               if o is None or not any(graph.info[a][0] == "kernel"
+                                       for a in graph.ancestors([o]))]
+    return Program(closed, out_tree, sites, ops, unused, orphans, callbacks, by_eqn)
+
+
+class _Graph:
+    """Which value depends on which: a node per value (or per kernel)."""
+
+    def __init__(self):
+        self.deps: list[list[int]] = []
+        self.info: list[tuple[str, dict]] = []
+
+    def add(self, kind: str, deps: list, **info) -> int:
+        self.deps.append([d for d in deps if d is not None])
+        self.info.append((kind, info))
+        return len(self.deps) - 1
+
+    def ancestors(self, nodes: list[int]) -> set[int]:
+        seen, todo = set(), list(nodes)
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(self.deps[n])
+        return seen
+
+    def depends_on_inputs(self) -> list[bool]:
+        data = []
+        for n, (kind, _) in enumerate(self.info):  # nodes are added after their deps
+            data.append(kind == "input" or any(data[d] for d in self.deps[n]))
+        return data
+
+
+def _nbytes(eqn) -> int:
+    total = 0
+    for v in list(eqn.invars) + list(eqn.outvars):
+        aval = getattr(v, "aval", None)
+        shape, dtype = getattr(aval, "shape", None), getattr(aval, "dtype", None)
+        if shape is not None and dtype is not None and not jaxcompat.is_literal(v):
+            total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return total
+
+
+def _integer(eqn) -> bool:
+    dtypes = [getattr(getattr(v, "aval", None), "dtype", None)
+              for v in list(eqn.invars) + list(eqn.outvars)]
+    return all(d is not None and (np.issubdtype(d, np.integer) or d == np.bool_)
+               for d in dtypes)
+
+
+def _all_eqns(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for inner, _ in jaxcompat.sub_jaxprs(eqn):
+            yield from _all_eqns(inner)
+
+
+def _callbacks_in(kernel) -> list[str]:
+    return [e.primitive.name for e in _all_eqns(kernel) if e.primitive.name in _CALLBACKS]
+
+
+_LIBRARY = ("jax/experimental/pallas/ops/", "jax\\experimental\\pallas\\ops\\")
+
+
+def _foreign(kernel) -> str:
+    """The JAX library file a kernel's code comes from (JAX's own Pallas kernels
+    standing in for the learner's), or ""."""
+    for eqn in _all_eqns(kernel):
+        for path, _ in jaxcompat.frames(eqn):
+            if any(part in path for part in _LIBRARY):
+                return path
+    return ""
+
+
+def site_of(program: Program, error: BaseException, sources) -> tuple[str, int] | None:
+    """The learner's line an error about a kernel most likely comes from, from the
+    kernels' own equations: a matmul that does not accumulate in 32 bits, a slice at
+    a position only known at run time, else the kernel's definition."""
+    import re
+
+    text = str(error)
+    operand = re.search(r'Out-of-bounds block index .*? for (?:input|output) "(\w+)"', text)
+    if operand:  # an index map: point at it, not at the kernel
+        return next((block.index_map_source for site in program.sites
+                     for block in site.call.blocks
+                     if block.name == operand[1] and block.index_map_source), None)
+    wanted = (_low_precision_dot if "matmul acc" in text else
+              _slice_at_run_time if "out of bounds" in text.lower() else None)
+    for site in program.sites:
+        for eqn in _all_eqns(site.call.kernel) if wanted else ():
+            if wanted(eqn):
+                line = _user_line(eqn, sources)
+                if line:
+                    return line
+    if len(program.sites) == 1 and program.sites[0].call.source:  # the one kernel it can be
+        return program.sites[0].call.source, program.sites[0].call.line
+    return None
+
+
+def _low_precision_dot(eqn) -> bool:
+    return eqn.primitive.name == "dot_general" \
+        and np.dtype(eqn.outvars[0].aval.dtype).itemsize != 4
+
+
+def _slice_at_run_time(eqn) -> bool:
+    return eqn.primitive.name in ("get", "swap") and any(
+        not jaxcompat.is_literal(v) for v in eqn.invars[1:])
+
+
+def _user_line(eqn, sources) -> tuple[str, int] | None:
+    """The innermost frame of ``eqn`` in a chapter file (or, without those, outside JAX)."""
+    from pathlib import Path
+
+    for path, line in jaxcompat.frames(eqn):
+        if sources is not None and Path(path).resolve() in sources:
+            return path, line
+        if sources is None and "/jax/" not in path and "pytest_pallas_hints" not in path:
+            return path, line
+    return None
+
+
+def learners(error: BaseException) -> BaseException:
+    """Marks ``error`` as raised by the learner's code (or by JAX on its behalf), so
+    that the plugin never mistakes it for a failure of the kit."""
+    try:
+        error.pallas_learner = True
+    except AttributeError:
+        pass
+    return error
+
+
+# ------------------------------------------------------------------- run ---
+
+@dataclasses.dataclass
+class Executed:
+    """One run of one kernel: its site and the scalar-prefetch values it got."""
+    site: Site
+    prefetch: list
+
+
+def execute(program: Program, args: tuple):
+    """Runs the program once, compiled. Returns its output and, per kernel run,
+    the scalar-prefetch values it got."""
+    import jax
+
+    flat = jax.tree_util.tree_leaves(args)
+    closed = program.closed
+
+    def run(*flat_args):
+        captured = []
+
+        def visit(eqn, invals):
+            site = program.sites[program._by_eqn[id(eqn)]]
+            captured.append((site.index, list(invals[:site.call.num_prefetch])))
+            return {}
+
+        outs = _evaluate(closed.jaxpr, closed.consts, flat_args, visit)
+        return outs, captured
+
+    outs, captured = jax.jit(run)(*flat)
+    executed = [Executed(program.sites[index], [np.asarray(v) for v in values])
+                for index, values in captured]
+    return jax.tree_util.tree_unflatten(program.out_tree, outs), executed
+
+
+def lower_for_tpu(program: Program, args: tuple) -> None:
+    """Lowers the program for a real TPU (raises what the lowering raises)."""
+    import jax
+
+    closed = program.closed
+
+    def compiled(*flat_args):
+        return _evaluate(closed.jaxpr, closed.consts, flat_args,
+                         lambda eqn, invals: {"interpret": False})
+
+    with jaxcompat.compiled_for_tpu():
+        jax.jit(compiled).trace(*jax.tree_util.tree_leaves(args)).lower(
+            lowering_platforms=("tpu",))
+
+
+def _evaluate(jaxpr, consts, args, visit) -> list:
+    """Applies ``jaxpr``'s equations one by one (calls inlined); ``visit(eqn, invals)``
+    sees every pallas_call first and returns parameters to replace."""
+    env = dict(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+
+    def read(v):
+        return v.val if jaxcompat.is_literal(v) else env[v]
+
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        inner = jaxcompat.inlined(eqn)
+        if jaxcompat.is_kernel(eqn):
+            outs = jaxcompat.bind(eqn, invals, **visit(eqn, invals))
+        elif inner is not None:
+            outs = _evaluate(inner[0], inner[1], invals, visit)
+        else:
+            outs = jaxcompat.bind(eqn, invals)
+        env.update(zip(eqn.outvars, outs))
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _describe(x):
+    """Text for everything in a jaxpr: its printout, plus every field of the
+    parameters the printout abbreviates (a pallas_call's GridMapping omits its
+    index maps, for one). An object whose repr names a memory address makes the
+    key differ from run to run: a miss, never a false hit."""
+    if jaxcompat.is_jaxpr(x):
+        yield str(x)
+        jaxpr, _ = jaxcompat.open_jaxpr(x)
+        for eqn in jaxpr.eqns:
+            for name, value in sorted(eqn.params.items()):
+                yield name
+                yield from _describe(value)
+    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+        yield type(x).__qualname__
+        for field in dataclasses.fields(x):
+            yield field.name
+            yield from _describe(getattr(x, field.name))
+    elif isinstance(x, (tuple, list)):
+        yield f"{type(x).__name__}[{len(x)}]"
+        for item in x:
+            yield from _describe(item)
+    else:
+        yield repr(x)

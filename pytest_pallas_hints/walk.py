@@ -1,0 +1,498 @@
+"""A NumPy walk over the integer side of a jaxpr: what the kit counts without
+running anything twice.
+
+A kernel's control flow (``pl.when``, ``fori_loop`` bounds, which block an
+index map picks) depends on grid indices, sizes and scalar-prefetch values,
+all of which the kit knows once the learner's program ran. The data the kernel
+loads from VMEM it does not know, and does not need. So a jaxpr is walked with
+every value either a NumPy array or ``UNKNOWN``:
+
+* ``index_maps``: the block indices an index map returns at every grid step
+  (vectorised: each grid index is a column of all the steps at once);
+* ``kernel_steps``: per grid step, the flops of every ``dot_general`` the
+  kernel executes (a dot under a ``pl.when`` that is false counts zero, a dot
+  in a ``fori_loop`` counts once per iteration) and the bytes of every DMA it
+  starts (``make_async_copy``);
+* the DMA ledger of a kernel run (``Ledger``): every copy started and every
+  wait, per semaphore, in the order the kernel runs them (grid steps in order,
+  scratch kept from one step to the next). A wait on a semaphore with no copy in
+  flight would wait forever, a copy still in flight when the kernel (or its
+  ``run_scoped``) ends was never waited, a copy into a window that another copy
+  in flight is still writing races with it: each is a ``DmaProblem`` that names
+  its equations, so the learner's lines can be shown before anything runs.
+
+A branch or loop whose condition depends on loaded data cannot be counted:
+``Uncountable`` says where.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import jaxcompat
+
+
+class _Unknown:
+    def __repr__(self):
+        return "UNKNOWN"
+
+
+UNKNOWN = _Unknown()
+
+
+class Uncountable(Exception):
+    """Control flow that depends on data the kernel loaded."""
+
+
+@dataclasses.dataclass
+class Counts:
+    flops: int = 0
+    dmas: list = dataclasses.field(default_factory=list)   # (source space, target space, bytes)
+    most_in_flight: int = 0       # the most DMAs started and not yet waited, at any moment
+    dma_problems: list = dataclasses.field(default_factory=list)   # DmaProblem, in order
+    dmas_followed: bool = True    # False: a copy the ledger could not follow (remote, or
+    #                               a semaphore index it cannot know), so no problem is told
+
+
+@dataclasses.dataclass
+class DmaProblem:
+    """An unmatched DMA start or wait: ``kind`` is "dma_never_started" (a wait with no
+    copy in flight on its semaphore: it would wait forever), "dma_not_waited" (a copy
+    still in flight when the kernel or its run_scoped ends), "dma_overwrite" (a copy
+    started into a window another copy in flight still writes) or "dma_out_of_bounds"
+    (a copy or wait that names a window past the ends of a ref, a semaphore's too)."""
+    kind: str
+    eqn: object                   # the wait, or the start
+    other: object = None          # dma_overwrite: the earlier start still in flight
+    detail: str = ""              # dma_out_of_bounds: which window, of which shape
+
+
+@dataclasses.dataclass
+class _Copy:
+    """A DMA in flight: started, not yet waited for."""
+    sem: tuple            # (the semaphore ref, its box)
+    dst: object           # the destination ref
+    dst_box: tuple | None
+    owed: int             # bytes its semaphore still owes the waits
+    eqn: object
+
+
+class Ledger:
+    """DMA starts and waits along one kernel run, matched per semaphore as a TPU does:
+    a start adds its bytes to the semaphore when the copy lands, a wait takes the
+    bytes of its own descriptor."""
+
+    def __init__(self):
+        self.in_flight: list[_Copy] = []
+        self.problems: list[DmaProblem] = []
+        self.most = 0
+        self.followed = True
+
+    def start(self, refs, eqn) -> None:
+        if not self._follows(refs) or self._outside(refs, eqn):
+            return
+        for copy in self.in_flight:
+            if copy.dst is refs.dst and _overlap(copy.dst_box, refs.dst_box):
+                self.problems.append(DmaProblem("dma_overwrite", eqn, copy.eqn))
+                break
+        self.in_flight.append(_Copy((refs.sem, refs.sem_box), refs.dst, refs.dst_box,
+                                    refs.nbytes, eqn))
+        self.most = max(self.most, len(self.in_flight))
+
+    def wait(self, refs, eqn) -> None:
+        if not self._follows(refs) or self._outside(refs, eqn):
+            return
+        owed = refs.nbytes
+        for copy in [c for c in self.in_flight
+                     if c.sem[0] is refs.sem and c.sem[1] == refs.sem_box]:
+            taken = min(owed, copy.owed)
+            copy.owed -= taken
+            owed -= taken
+            if not copy.owed:
+                self.in_flight.remove(copy)
+            if not owed:
+                return
+        self.problems.append(DmaProblem("dma_never_started", eqn))
+
+    def close(self, scope: list | None = None) -> None:
+        """The end of the kernel run (``scope`` None) or of a run_scoped that allocated
+        the refs in ``scope``: a copy still in flight on them was never waited."""
+        if not self.followed:
+            return
+        left = [c for c in self.in_flight if scope is None
+                or any(c.sem[0] is r or c.dst is r for r in scope)]
+        self.problems += [DmaProblem("dma_not_waited", c.eqn) for c in left]
+        self.in_flight = [c for c in self.in_flight if c not in left]
+
+    def _outside(self, refs, eqn) -> bool:
+        if refs.outside:
+            self.problems.append(DmaProblem("dma_out_of_bounds", eqn, detail=refs.outside))
+        return bool(refs.outside)
+
+    def _follows(self, refs) -> bool:
+        """Whether the ledger can follow this copy: a local copy on a semaphore it knows.
+        Once it cannot, it stops (a copy it missed could match any later wait)."""
+        if self.followed and (refs.remote or refs.sem_box is None
+                              or not isinstance(refs.sem, _Ref)):
+            self.followed = False
+            self.in_flight = []
+        return self.followed
+
+
+def _overlap(a, b) -> bool:
+    """Whether two boxes share an element (False when either is unknown: no guess)."""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(lo1 < hi2 and lo2 < hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b))
+
+
+class _Ref:
+    """A ref during the walk: its value where known (scalar-prefetch operands, or a
+    small integer scratch the kernel filled with known values), and its aval."""
+
+    def __init__(self, value=UNKNOWN, aval=None):
+        self.value, self.aval = value, aval
+
+
+_TRACKED = 4096   # an integer scratch of at most this many elements is followed once written
+
+
+def _fresh(var) -> _Ref:
+    """The ref a kernel operand or a run_scoped allocation starts as: value unknown."""
+    return _Ref(aval=getattr(var, "aval", None))
+
+
+def _trunc_div(a, b):
+    """lax.div: rounds toward zero for integers, plain division for floats."""
+    kind = np.result_type(a, b)
+    quotient = np.true_divide(a, b)
+    return np.trunc(quotient).astype(kind) if np.issubdtype(kind, np.integer) else quotient
+
+
+def _bitwise(op_bool, op_int):
+    def apply(*xs):
+        return (op_bool if all(np.asarray(x).dtype == bool for x in xs) else op_int)(*xs)
+    return apply
+
+
+_NUMPY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _trunc_div,
+    "rem": np.fmod, "max": np.maximum, "min": np.minimum, "neg": np.negative,
+    "abs": np.abs, "sign": np.sign, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
+    "and": _bitwise(np.logical_and, np.bitwise_and), "or": _bitwise(np.logical_or, np.bitwise_or),
+    "not": _bitwise(np.logical_not, np.invert), "xor": np.bitwise_xor,
+    "shift_left": np.left_shift, "shift_right_arithmetic": np.right_shift,
+    "select_n": lambda which, *cases: np.choose(np.asarray(which, np.int64), cases),
+    "clamp": lambda lo, x, hi: np.clip(x, lo, hi),
+}
+_SAME_VALUE = {"squeeze", "reshape", "expand_dims", "copy", "copy_p", "multiple_of",
+               "optimization_barrier", "pvary"}
+
+
+def _apply(eqn, values):
+    """The outputs of a plain equation whose inputs are all known, or None."""
+    name = eqn.primitive.name
+    out_aval = eqn.outvars[0].aval if eqn.outvars else None
+    if name in _NUMPY:
+        out = _NUMPY[name](*values)
+    elif name in _SAME_VALUE and len(values) >= 1:
+        out = values[0]
+        shape = getattr(out_aval, "shape", None)
+        if shape is not None and np.ndim(out) and np.size(out) == int(np.prod(shape)):
+            out = np.reshape(out, shape)
+    elif name == "convert_element_type":
+        out = np.asarray(values[0]).astype(eqn.params["new_dtype"])
+    elif name == "integer_pow":
+        out = np.power(values[0], eqn.params["y"])
+    elif name == "broadcast_in_dim" and np.ndim(values[0]) == 0:
+        out = np.broadcast_to(values[0], eqn.params["shape"])
+    elif name == "iota" and not eqn.params.get("sharding"):
+        shape, dim = eqn.params["shape"], eqn.params["dimension"]
+        out = np.broadcast_to(np.arange(shape[dim], dtype=eqn.params["dtype"]).reshape(
+            [-1 if d == dim else 1 for d in range(len(shape))]), shape)
+    else:
+        return None
+    return [out]
+
+
+class Walk:
+    """Walks jaxprs with known and unknown values, counting what a kernel does."""
+
+    def __init__(self, grid=(), point=(), counts: Counts | None = None,
+                 ledger: Ledger | None = None):
+        self.grid, self.point = grid, point
+        self.counts = counts if counts is not None else Counts()
+        self.ledger = ledger if ledger is not None else Ledger()
+
+    def run(self, jaxpr, consts, args) -> list:
+        env = {}
+
+        def read(v):
+            return v.val if jaxcompat.is_literal(v) else env.get(v, UNKNOWN)
+
+        for var, value in zip(jaxpr.constvars, consts):
+            env[var] = value
+        for var, value in zip(jaxpr.invars, args):
+            env[var] = value
+        for eqn in jaxpr.eqns:
+            outs = self.equation(eqn, [read(v) for v in eqn.invars])
+            for var, value in zip(eqn.outvars, outs):
+                env[var] = value
+        return [read(v) for v in jaxpr.outvars]
+
+    def equation(self, eqn, values) -> list:
+        name = eqn.primitive.name
+        unknown = [UNKNOWN] * len(eqn.outvars)
+        if name == "program_id":
+            return [np.int32(self.point[eqn.params["axis"]])]
+        if name == "num_programs":
+            return [np.int32(self.grid[eqn.params["axis"]])]
+        if name in ("get", "swap", "addupdate"):
+            return self.ref_access(eqn, values) if isinstance(values[0], _Ref) else unknown
+        if name == "dot_general":
+            self.counts.flops += _dot_flops(eqn)
+            return unknown
+        if name == "dma_start":
+            self.counts.dmas.append(jaxcompat.dma_copy(eqn))
+            self.ledger.start(jaxcompat.dma_refs(eqn, values, UNKNOWN), eqn)
+            return unknown
+        if name == "dma_wait":
+            self.ledger.wait(jaxcompat.dma_refs(eqn, values, UNKNOWN), eqn)
+            return unknown
+        if name == "cond":
+            return self.cond(eqn, values)
+        if name == "while":
+            return self.while_loop(eqn, values)
+        if name == "scan":
+            return self.scan(eqn, values)
+        if name == "run_scoped":
+            jaxpr, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
+            scope = [_fresh(var) for var in jaxpr.invars]
+            self.run(jaxpr, values, scope)
+            self.ledger.close(scope)
+            return unknown
+        inner = jaxcompat.inlined(eqn)
+        if inner is not None:
+            return self.run(inner[0], inner[1], values)
+        if not any(v is UNKNOWN or isinstance(v, _Ref) for v in values):
+            try:
+                with np.errstate(all="ignore"):  # a 0 / 0 of known values is still a value
+                    out = _apply(eqn, values)
+            except (TypeError, ValueError, IndexError):
+                out = None
+            if out is not None:
+                return out
+        for jaxpr, _ in jaxcompat.sub_jaxprs(eqn):
+            if _counts_anything(jaxpr):
+                raise Uncountable(f"a {name} whose body the kit cannot follow")
+        return unknown
+
+    def ref_access(self, eqn, values):
+        ref, name = values[0], eqn.primitive.name
+        index = jaxcompat.ref_indices(eqn, values, UNKNOWN)
+        if index is not None and ref.value is not UNKNOWN:
+            try:
+                np.asarray(ref.value)[index]
+            except IndexError:   # past the end: the run itself says so; here, unknown
+                index = None
+        known = ref.value is not UNKNOWN and index is not None
+        old = np.asarray(ref.value)[index] if known else UNKNOWN
+        if name == "get":
+            return [old]
+        new = values[1]
+        if not known and name == "swap" and new is not UNKNOWN and index is not None:
+            ref.value = _filled(ref, index, new)   # known once written all at once
+        elif not known or new is UNKNOWN:
+            ref.value = UNKNOWN
+        else:
+            array = np.array(ref.value)
+            array[index] = (old + new) if name == "addupdate" else new
+            ref.value = array
+        return [old] if name == "swap" else []
+
+    def cond(self, eqn, values):
+        which, operands = values[0], values[1:]
+        branches = eqn.params["branches"]
+        if which is not UNKNOWN:
+            branch = branches[int(np.clip(which, 0, len(branches) - 1))]
+            jaxpr, consts = jaxcompat.open_jaxpr(branch)
+            return self.run(jaxpr, consts, operands)
+        if any(_moves_data(jaxcompat.open_jaxpr(b)[0]) for b in branches):
+            raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
+                              "kernel loaded, with a DMA start or wait inside")
+        counted, written = [], []
+        for branch in branches:
+            walk = Walk(self.grid, self.point)
+            jaxpr, consts = jaxcompat.open_jaxpr(branch)
+            copies = [_Ref(v.value, v.aval) if isinstance(v, _Ref) else v for v in operands]
+            walk.run(jaxpr, consts, copies)
+            counted.append((walk.counts.flops, sorted(walk.counts.dmas)))
+            written.append(copies)
+        if any(c != counted[0] for c in counted):
+            raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
+                              "kernel loaded, with dots or DMAs inside")
+        self.counts.flops += counted[0][0]
+        self.counts.dmas += counted[0][1]
+        for n, ref in enumerate(operands):   # a ref is known after the branch only if
+            if isinstance(ref, _Ref):        # every branch leaves it the same
+                after = [copies[n].value for copies in written]
+                same = all(_same(a, after[0]) for a in after)
+                ref.value = after[0] if same else UNKNOWN
+        return [UNKNOWN] * len(eqn.outvars)
+
+    def while_loop(self, eqn, values):
+        p = eqn.params
+        cond_consts = values[:p["cond_nconsts"]]
+        body_consts = values[p["cond_nconsts"]:p["cond_nconsts"] + p["body_nconsts"]]
+        carry = values[p["cond_nconsts"] + p["body_nconsts"]:]
+        cond_jaxpr, cond_c = jaxcompat.open_jaxpr(p["cond_jaxpr"])
+        body_jaxpr, body_c = jaxcompat.open_jaxpr(p["body_jaxpr"])
+        for _ in range(1 << 20):
+            go = self.run(cond_jaxpr, cond_c, [*cond_consts, *carry])[0]
+            if go is UNKNOWN:
+                if not _counts_anything(body_jaxpr):
+                    return [UNKNOWN] * len(eqn.outvars)
+                raise Uncountable("a loop whose bound depends on data the kernel loaded")
+            if not bool(go):
+                return carry
+            carry = self.run(body_jaxpr, body_c, [*body_consts, *carry])
+        raise Uncountable("a loop that ran more than a million times")
+
+    def scan(self, eqn, values):
+        num_consts, num_carry = jaxcompat.scan_layout(eqn)
+        consts, carry = values[:num_consts], values[num_consts:num_consts + num_carry]
+        xs = values[num_consts + num_carry:]
+        jaxpr, jaxpr_consts = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
+        length = int(eqn.params["length"])
+        steps = range(length - 1, -1, -1) if eqn.params.get("reverse") else range(length)
+        for i in steps:
+            x = [UNKNOWN if v is UNKNOWN else np.asarray(v)[i] for v in xs]
+            carry = self.run(jaxpr, jaxpr_consts, [*consts, *carry, *x])[:num_carry]
+        return list(carry) + [UNKNOWN] * (len(eqn.outvars) - num_carry)
+
+
+def _same(a, b) -> bool:
+    if a is UNKNOWN or b is UNKNOWN:
+        return a is b
+    return np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def _filled(ref, index, new):
+    """The value of a small integer ref whose every element ``new`` writes at ``index``;
+    UNKNOWN if the write leaves some element unknown (or the ref is not small)."""
+    shape, dtype = getattr(ref.aval, "shape", None), getattr(ref.aval, "dtype", None)
+    try:
+        if shape is None or not np.issubdtype(np.dtype(dtype), np.integer) \
+                or int(np.prod(shape, dtype=np.int64)) > _TRACKED:
+            return UNKNOWN
+        covered = np.zeros(shape, bool)
+        covered[index] = True
+        if not covered.all():
+            return UNKNOWN
+        array = np.zeros(shape, np.dtype(dtype))
+        array[index] = new
+    except (TypeError, ValueError, IndexError):
+        return UNKNOWN
+    return array
+
+
+def _dot_flops(eqn) -> int:
+    (contract, _), (batch, _) = eqn.params["dimension_numbers"]
+    lhs = eqn.invars[0].aval.shape
+    out = eqn.outvars[0].aval.shape
+    k = int(np.prod([lhs[d] for d in contract], dtype=np.int64))
+    return 2 * int(np.prod(out, dtype=np.int64)) * k
+
+
+def _counts_anything(jaxpr, names=("dot_general", "dma_start", "dma_wait")) -> bool:
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in names:
+            return True
+        if any(_counts_anything(inner, names) for inner, _ in jaxcompat.sub_jaxprs(eqn)):
+            return True
+    return False
+
+
+def _moves_data(jaxpr) -> bool:
+    """Whether a jaxpr starts or waits for a DMA, anywhere inside."""
+    return _counts_anything(jaxpr, ("dma_start", "dma_wait"))
+
+
+def has_dmas(call) -> bool:
+    """Whether a kernel starts or waits for DMAs of its own."""
+    return _moves_data(call.kernel)
+
+
+# ------------------------------------------------------------ index maps ---
+
+def index_maps(block, steps: np.ndarray, prefetch: list) -> np.ndarray:
+    """The block indices ``block``'s index map returns at every grid step: an array
+    [steps, dims]. ``steps`` is [steps, grid rank]; ``prefetch`` the scalar-prefetch
+    values."""
+    jaxpr, consts = block.index_map
+    columns = [steps[:, i].astype(np.int32) for i in range(steps.shape[1])]
+    refs = [_Ref(np.asarray(v)) for v in prefetch]
+    walk = Walk()
+    outputs = walk.run(jaxpr, consts, columns + refs)
+    if any(o is UNKNOWN for o in outputs):
+        raise Uncountable(f"the index map of {block.name} uses something the kit cannot "
+                          "evaluate")
+    return np.stack([np.broadcast_to(np.asarray(o, np.int64), len(steps)) for o in outputs],
+                    axis=1)
+
+
+def grid_steps(grid) -> np.ndarray:
+    """Every grid point in the order the grid runs (the last axis fastest)."""
+    if not grid:
+        return np.zeros((1, 0), np.int64)
+    return np.indices(grid).reshape(len(grid), -1).T
+
+
+def kernel_steps(call, prefetch: list) -> Counts:
+    """What ``call``'s kernel does over its whole grid: flops, DMAs and the DMA ledger.
+    The refs live as long as the kernel run, as on a TPU: a scalar-prefetch value the
+    kernel overwrites, or a copy started at one grid step and waited at the next, is
+    seen as such."""
+    counts, ledger = Counts(), Ledger()
+    jaxpr = call.kernel
+    args = [_Ref(np.array(v)) for v in prefetch]
+    args += [_fresh(var) for var in jaxpr.invars[len(prefetch):]]
+    for point in grid_steps(call.grid):
+        walk = Walk(call.grid, tuple(int(p) for p in point), counts, ledger)
+        walk.run(jaxpr, [], args)
+    ledger.close()
+    counts.most_in_flight, counts.dma_problems = ledger.most, ledger.problems
+    counts.dmas_followed = ledger.followed
+    return counts
+
+
+def prefetch_before_run(closed, flat_args: list) -> dict[int, list] | None:
+    """The scalar-prefetch operands each pallas_call equation of a program will get,
+    where they follow from its integer inputs alone (id of the equation -> values):
+    what the DMA ledger needs to judge a kernel before it runs. None when the program
+    around the kernels cannot be followed."""
+
+    found: dict[int, list] = {}
+
+    class Around(Walk):
+        def equation(self, eqn, values):
+            if jaxcompat.is_kernel(eqn):
+                count = jaxcompat.kernel_call(eqn).num_prefetch
+                prefetch = values[:count]
+                if all(v is not UNKNOWN and not isinstance(v, _Ref) for v in prefetch):
+                    found.setdefault(id(eqn), [np.asarray(v) for v in prefetch])
+                return [UNKNOWN] * len(eqn.outvars)
+            return super().equation(eqn, values)
+
+    def known(x):
+        x = np.asarray(x)
+        return x if np.issubdtype(x.dtype, np.integer) else UNKNOWN
+
+    jaxpr, consts = jaxcompat.open_jaxpr(closed)
+    try:
+        Around().run(jaxpr, [known(c) for c in consts], [known(a) for a in flat_args])
+    except (Uncountable, TypeError, ValueError, IndexError):
+        return None
+    return found

@@ -1,0 +1,68 @@
+"""The compatibility module: the supported range, and the upstream faults the kit
+works around, reproduced so that a release with the same fault is caught here."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from pytest_pallas_hints import checking, jaxcompat, runtime
+
+
+@pytest.mark.parametrize("version, says", [
+    ("0.7.2", "older than this kit supports"),
+    (None, "JAX is not installed"),
+    ("0.8.0", None), ("0.10.2", None), ("0.11.2", None), ("0.12.0.1", None), ("1.0.0", None),
+])
+def test_the_supported_range(version, says):
+    why = jaxcompat.unsupported(version)
+    assert (why is None) if says is None else (says in why)
+
+
+def test_a_release_known_to_be_wrong_is_refused_by_name(monkeypatch):
+    monkeypatch.setitem(jaxcompat.KNOWN_WRONG, "0.99.", "sums over a grid axis are off")
+    assert "computes some kernels wrongly (sums over a grid axis are off)" in \
+        jaxcompat.unsupported("0.99.1")
+
+
+def summed_over_the_grid(x, steps):
+    """Accumulates `steps` blocks of x over the last grid axis (num_programs decides
+    when to store): the pattern JAX 0.11 got wrong on a second grid."""
+    def kernel(x_ref, o_ref, acc_ref):
+        @pl.when(pl.program_id(1) == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+
+        acc_ref[...] += x_ref[...]
+
+        @pl.when(pl.program_id(1) == pl.num_programs(1) - 1)
+        def _():
+            o_ref[...] = acc_ref[...]
+
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), x.dtype),
+                          grid=(1, steps), in_specs=[pl.BlockSpec((8, 128), lambda i, k: (0, k))],
+                          out_specs=pl.BlockSpec((8, 128), lambda i, k: (0, 0)),
+                          scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)])(x)
+
+
+def test_one_kernel_run_with_two_grids_in_one_process_sums_every_step():
+    """JAX 0.11.x reused the first grid's num_programs for the second call (2 steps
+    summed instead of 4, then NaN for 1); jaxcompat.fix_kernel_trace_cache mends it."""
+    runtime.use_interpret_mode(True)
+    for steps in (2, 4, 1, 3):
+        x = np.ones((8, 128 * steps), np.float32)
+        out = checking.run(summed_over_the_grid, x, steps=steps, structure=None)
+        np.testing.assert_array_equal(np.asarray(out), np.full((8, 128), steps, np.float32))
+
+
+def test_every_feature_has_a_probe_and_none_fails_on_a_supported_release():
+    assert set(jaxcompat.missing()) == set()
+    assert set(dict(jaxcompat._probes())) <= set(jaxcompat.FEATURES)
+
+
+def test_a_switched_off_feature_raises_cannot_verify(monkeypatch):
+    monkeypatch.setenv(jaxcompat.MISSING_ENV, "work accounting")
+    with pytest.raises(jaxcompat.CannotVerify, match="work accounting is not available"):
+        jaxcompat.require("work accounting")
+    jaxcompat.require("byte accounting")
