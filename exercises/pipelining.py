@@ -340,7 +340,8 @@ def paged_attention_kernel(lengths_ref, page_indices_ref, q_ref, k_hbm, v_hbm, o
     - in a block, start (and wait for) only the pages that hold a token: a
       page whose first token is at or past the length is never fetched (so
       "start block j + 1" starts nothing after the last block, and nothing at
-      all for an empty sequence);
+      all for an empty sequence). Read its entry of the page table inside that
+      same condition too: past a sequence's last page the entry may not exist;
     - mask the scores of tokens at or past the length to -inf. The slots of
       pages not fetched hold an older block's pages, or NaN: p is 0 there, but
       0 * NaN is NaN, so zero those rows of v too (jnp.where).

@@ -128,7 +128,8 @@ def block_categories(mask, block_q, block_kv):
     [T/block_q, S/block_kv, block_q, block_kv] instead does not cut tiles: a
     reshape keeps memory order, and consecutive elements of a row stay together.)
     np.any and np.all take a tuple of axes; negative axes keep leading head dims
-    out of the way. Return np.int8: in puzzle 2 these bytes go to SMEM.
+    out of the way. Return np.int8, a byte per tile; puzzle 2 widens them to
+    int32 when it hands them to the kernel.
     """
     raise NotImplementedError
 
@@ -175,7 +176,9 @@ def flash_block_mask(q, k, v, mask, *, sm_scale=None, block_q=128, block_kv=128)
 
     Everything about the mask is known now, before the kernel exists: compute the
     categories with block_categories, in NumPy, and hand them to the kernel as a
-    scalar-prefetch operand, int32 (SMEM holds 32-bit scalars). The grid and the q,
+    scalar-prefetch operand, as int32: SMEM is made of 32-bit words, and JAX's
+    own kernels keep every scalar-prefetch table in int32 (interpret mode and the
+    lowering check accept int8 too, a TPU may not). The grid and the q,
     K, V and o BlockSpecs are flash.grid's; the mask is one more input, in
     (block_q, block_kv) tiles, the tile of step (b, n, i, kv) being tile (i, kv).
 

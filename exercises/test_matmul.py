@@ -156,23 +156,27 @@ def fitted(block, dim, align):
 
 
 @puzzle("matmul.mixed_precision")
-@pytest.mark.parametrize("M, K, N, dtype, high", [
-    pytest.param(32, 1024, 128, "bfloat16", 3, id="M=32 K=1024 N=128 bf16 (8 k steps)"),
-    pytest.param(20, 200, 129, "float32", 3, id="M=20 K=200 N=129 (no dim a multiple of 128)"),
+@pytest.mark.parametrize("M, K, N, dtype, high, asked", [
+    pytest.param(32, 1024, 128, "bfloat16", 3, 128, id="M=32 K=1024 N=128 bf16 (8 k steps)"),
+    pytest.param(20, 254, 129, "float32", 3, 128, id="M=20 K=254 N=129 (no dim a multiple of 128)"),
+    # K one past a block, and one short of two: the pad must follow K % bk exactly.
+    pytest.param(8, 129, 128, "float32", 3, 128, id="M=8 K=129 N=128 (one column past a block)"),
+    pytest.param(48, 255, 128, "bfloat16", 3, 40, id="M=48 K=255 N=128 bf16 bm=40 (rounded to 32)"),
     # Values up to 8: each k step's product needs more bits than bf16 has, so a
     # jnp.dot without preferred_element_type shows on a TPU.
-    pytest.param(2048, 2048, 2048, "bfloat16", 9, id="M=K=N=2048 bf16-tpu", marks=on_tpu),
+    pytest.param(2048, 2048, 2048, "bfloat16", 9, 128, id="M=K=N=2048 bf16-tpu", marks=on_tpu),
 ])
-def test_mixed_precision(M, K, N, dtype, high, rng):
-    """matmul(a, b) with its default blocks (128): bk = 128 where K allows.
+def test_mixed_precision(M, K, N, dtype, high, asked, rng):
+    """matmul(a, b, bm=asked) with its default bk, bn (128): bk = 128 where K allows.
 
     Inputs are integers in [0, high): sums of non-negative terms grow, and a bf16
     running sum loses its low bits as it grows."""
     a, b = ints(rng, (M, K), dtype, 0, high), ints(rng, (K, N), dtype, 0, high)
-    bm, bk, bn = (fitted(128, dim, align) for dim, align in
-                  ((M, 16 if dtype == "bfloat16" else 8), (K, 128), (N, 128)))
-    ran = measure(matmul.matmul, a, b, structure=MATMUL.where(
-        outside={"pad"}, blocks={0: (bm, bk), 1: (bk, bn)}))
+    bm, bk, bn = (fitted(block, dim, align) for block, dim, align in
+                  ((asked, M, 16 if dtype == "bfloat16" else 8), (128, K, 128), (128, N, 128)))
+    ran = measure(matmul.matmul, a, b, bm=asked, structure=MATMUL.where(
+        outside={"pad"}, blocks={0: (bm, bk), 1: (bk, bn)},
+        grid=(cdiv(M, bm), cdiv(N, bn), cdiv(K, bk))))   # K padded to the next block, no further
     yours = ran.output
     whole = K // bk * bk   # the K that a grid of K // bk steps covers
     check(yours, dot(a, b), tolerance=EXACT if dtype == "bfloat16" else None,

@@ -51,7 +51,8 @@ def in_flight(ran):
     return max(counts.most_in_flight for counts in ran.steps)
 
 
-def check_own_copies(ran, *, read=None, written=None, copies=None, what="x"):
+def check_own_copies(ran, *, read=None, written=None, copies=None, what="x",
+                     how="through pltpu.make_async_copy"):
     """The bytes the lesson moves by hand went through your own DMAs: `read` bytes
     HBM -> VMEM (in `copies` copies, where given), `written` bytes VMEM -> HBM."""
     for direction, expected in (("read", read), ("written", written)):
@@ -63,7 +64,8 @@ def check_own_copies(ran, *, read=None, written=None, copies=None, what="x"):
             fail("not_by_hand", (
                 f"your own DMAs moved {moved} B {where}, the puzzle's copies move "
                 f"{expected} B: {what} must stay in HBM (pl.BlockSpec(memory_space=pl.ANY)) "
-                "and travel through pltpu.make_async_copy, not through a BlockSpec."),
+                f"and travel {how}: not through a BlockSpec that copies it for you, and "
+                "not by indexing the HBM ref itself, which a TPU kernel cannot load from."),
                 [("dma", f"{direction}: yours {moved} B in {count} copies · expected "
                          f"{expected} B")])
         if direction == "read" and copies is not None and count != copies:
@@ -91,9 +93,9 @@ def check_overlap(ran, *, at_least, why):
     most = in_flight(ran)
     if most < at_least:
         fail("not_overlapped", (
-            f"your copies never overlap: at most {most} in flight at once, where double "
-            f"buffering has {at_least}. {why}"),
-            [("in flight", f"yours at most {most} · double-buffered {at_least}")])
+            f"your copies overlap too little: at most {most} in flight at once, where the "
+            f"puzzle's schedule has {at_least}. {why}"),
+            [("in flight", f"yours at most {most} · the puzzle's schedule {at_least}")])
 
 
 # 1 -------------------------------------------------------------------------
@@ -187,6 +189,11 @@ def test_write_back(S, D, chunk, rng):
     check(ran, np.maximum(x, 0), blocks=(chunk, None), axes="S D",
           likely={"relu_missing": x, "shifted": shifted})
     check_own_copies(ran, read=x.nbytes, written=x.nbytes, copies=S // chunk)
+    if S // chunk > 1:
+        check_overlap(ran, at_least=2, why=(
+            "Start the write-back of chunk i and move on without waiting: it lands while "
+            "chunk i + 1 is read, and is waited at the next step, before the output buffer "
+            "is overwritten."))
     check_vmem(ran, most=2 * chunk * D * x.itemsize,
                why="one chunk in and one chunk out.")
     check_traffic(ran, reference=2 * x.nbytes, minimum=2 * x.nbytes)
@@ -212,6 +219,9 @@ def test_gather(V, D, T, rows_per_step, rng):
           likely={"first_step_ids": table[first_step], "rows_in_order": table[:T]})
     row = D * table.itemsize
     check_own_copies(ran, read=T * row, what="the table")
+    check_overlap(ran, at_least=rows_per_step, why=(
+        "Start every row's copy of a step before waiting for any: the rows then land "
+        "together, in the time of about one, instead of one after another."))
     check_traffic(ran, reference=2 * T * row, minimum=2 * T * row)
     lowers_for_tpu(ran)
 
@@ -228,7 +238,8 @@ def test_emit_pipeline(S, D, chunk, rng):
     ran = measure(pipelining.column_sum_pipelined, x, chunk=chunk,
                   structure=MANUAL.where(inside={"dma_start", "dma_wait", "reduce_sum"}))
     check_column_sum(ran, x, chunk)
-    check_own_copies(ran, read=x.nbytes, copies=S // chunk)
+    check_own_copies(ran, read=x.nbytes, copies=S // chunk,
+                     how="through the copies pltpu.emit_pipeline makes for its BlockSpecs")
     check_overlap(ran, at_least=2, why=(
         "pltpu.emit_pipeline double-buffers every BlockSpec it is given: hand it the "
         "whole HBM array and a (chunk, D) BlockSpec, and let it do the copies."))

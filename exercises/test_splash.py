@@ -386,10 +386,21 @@ def test_compact(heads, nq, nkv, empty_rows, rng):
     lead = " ".join(["N"] * (categories.ndim - 2))
     check(yours[1], block_mask, name="block_mask", axes=f"{lead} i j".strip(),
           blocks=(1,) * block_mask.ndim)
+    likely = {"padding_zero": lambda: np.where(padding, 0, data_next),
+              "padding_repeats_previous": lambda: previous_filled(data_next, padding)}
+    mine = np.asarray(yours[0])
+    if (mine.shape == data_next.shape and (mine[~padding] == data_next[~padding]).all()
+            and not any(np.array_equal(mine, wrong()) for wrong in likely.values())):
+        wrong = int((mine != data_next).sum())
+        if wrong:
+            fail("padding_entries", (
+                "the visited entries of data_next are right; its padding entries (where "
+                "block_mask is EMPTY) are not. A padding step fetches the block its entry "
+                "names, so it must name the block of the next visit, the one that step "
+                "will need anyway: fill_ahead(data_next, block_mask != EMPTY)."),
+                [("padding", f"{wrong} of {int(padding.sum())} padding entries differ")])
     check(yours[0], data_next, name="data_next", axes=f"{lead} i j".strip(),
-          blocks=(1,) * block_mask.ndim,
-          likely={"padding_zero": lambda: np.where(padding, 0, data_next),
-                  "padding_repeats_previous": lambda: previous_filled(data_next, padding)})
+          blocks=(1,) * block_mask.ndim, likely=likely)
 
 
 def previous_filled(data_next, padding):

@@ -225,19 +225,34 @@ _DMA_SAYS = {
         "this .wait() waits for a copy that no .start() began on its semaphore: on a TPU "
         "the kernel would wait forever. Start the copy before you wait for it, and wait "
         "on the very semaphore (and slot) that the copy signals."),
+    "dma_waited_twice": (
+        "this .wait() waits for a copy that an earlier .wait() (the line under "
+        "'waited') already took: a wait takes its copy's bytes from the semaphore once, "
+        "so a second one has nothing left, and on a TPU the kernel would wait forever. "
+        "Wait once for each .start()."),
+    "dma_shared_semaphore": (
+        "this .wait() is on a semaphore that copies of the other direction signal too "
+        "(the line under 'also on it'): a wait returns once enough bytes have landed on "
+        "its semaphore, whichever copy brought them, so on a TPU it could return while "
+        "its own copy is still landing. Give reads and writes a semaphore each."),
     "dma_not_waited": (
         "a copy started here is still in flight when the kernel ends: nothing waits for "
         "it, so its data may not have landed. Every .start() needs a .wait() on the same "
         "copy before the kernel (or its run_scoped) ends."),
     "dma_overwrite": (
-        "this copy writes into a buffer that an earlier copy, still in flight, is "
-        "writing too: the two race, and neither result can be trusted. Wait for a "
-        "slot's copy (and use its data) before you start the next copy into it."),
+        "this copy writes into a buffer that an earlier copy, still in flight (the line "
+        "under 'in flight'), is writing too: the two race, and neither result can be "
+        "trusted. Either that earlier copy was never waited (every .start() needs its "
+        ".wait(), under the same condition), or this copy picked the wrong slot. Wait "
+        "for a slot's copy (and use its data) before you start the next copy into it."),
     "dma_out_of_bounds": (
         "this copy names a part of a ref past its ends (a slice, a slot or a semaphore "
         "index): a TPU would copy the wrong memory or fault. Check the index against "
         "the ref's shape; negative indices do not wrap around in a kernel."),
 }
+
+
+_DMA_OTHER = {"dma_waited_twice": "waited", "dma_shared_semaphore": "also on it"}
 
 
 def _dma_finding(problem, sources) -> diagnose.Finding:
@@ -253,7 +268,7 @@ def _dma_finding(problem, sources) -> diagnose.Finding:
     waits = problem.eqn.primitive.name == "dma_wait"
     facts = [("waits" if waits else "started", at(problem.eqn))]
     if problem.other is not None:
-        facts.append(("in flight", at(problem.other)))
+        facts.append((_DMA_OTHER.get(problem.kind, "in flight"), at(problem.other)))
     if problem.detail:
         facts.append(("window", problem.detail))
     return diagnose.Finding(problem.kind, _DMA_SAYS[problem.kind], facts=facts)

@@ -521,8 +521,17 @@ _ERRORS = [
      "one output block must be consecutive: put the reduction axis last in the grid."),
     (r"Out-of-bounds read of .*?: reading \[(.*?)\] but buffer has shape (\([^)]*\))",
      "out_of_bounds_ref",
-     "a read past the end of a buffer inside the kernel: it reads {0} of a ref of shape "
-     "{1}. A slice, or a loop bound that runs one step too far?"),
+     "a read past the end of a buffer inside the kernel: it reads at {0} in a ref of "
+     "shape {1} (an index equal to a dim's size is one past its end). An index computed "
+     "one step too far, a loop bound that runs one step too far, or a table with fewer "
+     "rows than the grid reads "
+     "(one per head, say)? A scalar read whose index may be out of range belongs "
+     "inside the pl.when that needs it."),
+    (r"(\S+)\(\) takes (\d+) positional arguments? but (\d+) (?:were|was) given",
+     "arity",
+     "{0}() takes {1} arguments but was called with {2}. If it is an index map: Pallas "
+     "calls it with one argument per grid axis and then, under a PrefetchScalarGridSpec, "
+     "one per scalar-prefetch operand (its ref, in SMEM), in the order they were passed."),
     (r"(?:IndexError|out of bounds|Out-of-bounds)", "out_of_bounds_ref",
      "a read past the end of a buffer: check the slice bounds and loop bounds against "
      "the ref's shape."),

@@ -58,13 +58,17 @@ class Counts:
 @dataclasses.dataclass
 class DmaProblem:
     """An unmatched DMA start or wait: ``kind`` is "dma_never_started" (a wait with no
-    copy in flight on its semaphore: it would wait forever), "dma_not_waited" (a copy
+    copy in flight on its semaphore: it would wait forever), "dma_waited_twice" (the
+    same, for a wait whose copy an earlier wait already took), "dma_not_waited" (a copy
     still in flight when the kernel or its run_scoped ends), "dma_overwrite" (a copy
-    started into a window another copy in flight still writes) or "dma_out_of_bounds"
-    (a copy or wait that names a window past the ends of a ref, a semaphore's too)."""
+    started into a window another copy in flight still writes), "dma_shared_semaphore"
+    (a wait on a semaphore that reads and writes signal together: either kind of copy
+    landing could end it) or "dma_out_of_bounds" (a copy or wait that names a window
+    past the ends of a ref, a semaphore's too)."""
     kind: str
     eqn: object                   # the wait, or the start
-    other: object = None          # dma_overwrite: the earlier start still in flight
+    other: object = None          # the other line involved: the earlier start still in
+    #                               flight, the earlier wait, the copy of the other kind
     detail: str = ""              # dma_out_of_bounds: which window, of which shape
 
 
@@ -72,10 +76,23 @@ class DmaProblem:
 class _Copy:
     """A DMA in flight: started, not yet waited for."""
     sem: tuple            # (the semaphore ref, its box)
-    dst: object           # the destination ref
-    dst_box: tuple | None
+    window: tuple         # (src ref, src box, dst ref, dst box): the copy's descriptor
+    into: str             # the destination's memory space: reads and writes differ
     owed: int             # bytes its semaphore still owes the waits
     eqn: object
+    waited_by: object = None   # the wait that took its last bytes
+
+    @property
+    def dst(self):
+        return self.window[2]
+
+    @property
+    def dst_box(self):
+        return self.window[3]
+
+
+def _window(refs) -> tuple:
+    return (refs.src, refs.src_box, refs.dst, refs.dst_box)
 
 
 class Ledger:
@@ -85,35 +102,46 @@ class Ledger:
 
     def __init__(self):
         self.in_flight: list[_Copy] = []
+        self.landed: list[_Copy] = []   # copies waited for, the latest last
         self.problems: list[DmaProblem] = []
         self.most = 0
         self.followed = True
 
-    def start(self, refs, eqn) -> None:
+    def start(self, refs, eqn, into: str) -> None:
         if not self._follows(refs) or self._outside(refs, eqn):
             return
         for copy in self.in_flight:
             if copy.dst is refs.dst and _overlap(copy.dst_box, refs.dst_box):
                 self.problems.append(DmaProblem("dma_overwrite", eqn, copy.eqn))
                 break
-        self.in_flight.append(_Copy((refs.sem, refs.sem_box), refs.dst, refs.dst_box,
+        self.in_flight.append(_Copy((refs.sem, refs.sem_box), _window(refs), into,
                                     refs.nbytes, eqn))
         self.most = max(self.most, len(self.in_flight))
 
-    def wait(self, refs, eqn) -> None:
+    def wait(self, refs, eqn, into: str) -> None:
         if not self._follows(refs) or self._outside(refs, eqn):
             return
         owed = refs.nbytes
-        for copy in [c for c in self.in_flight
-                     if c.sem[0] is refs.sem and c.sem[1] == refs.sem_box]:
+        on_it = [c for c in self.in_flight if c.sem[0] is refs.sem and c.sem[1] == refs.sem_box]
+        others = [c for c in on_it if c.into != into]
+        if others:
+            self.problems.append(DmaProblem("dma_shared_semaphore", eqn, others[0].eqn))
+        for copy in on_it:
             taken = min(owed, copy.owed)
             copy.owed -= taken
             owed -= taken
             if not copy.owed:
                 self.in_flight.remove(copy)
+                copy.waited_by = eqn
+                self.landed.append(copy)
             if not owed:
                 return
-        self.problems.append(DmaProblem("dma_never_started", eqn))
+        again = [c for c in self.landed if c.window == _window(refs)
+                 and None not in (refs.src_box, refs.dst_box)]
+        if again:
+            self.problems.append(DmaProblem("dma_waited_twice", eqn, again[-1].waited_by))
+        else:
+            self.problems.append(DmaProblem("dma_never_started", eqn))
 
     def close(self, scope: list | None = None) -> None:
         """The end of the kernel run (``scope`` None) or of a run_scoped that allocated
@@ -255,11 +283,13 @@ class Walk:
             self.counts.flops += _dot_flops(eqn)
             return unknown
         if name == "dma_start":
-            self.counts.dmas.append(jaxcompat.dma_copy(eqn))
-            self.ledger.start(jaxcompat.dma_refs(eqn, values, UNKNOWN), eqn)
+            copy = jaxcompat.dma_copy(eqn)
+            self.counts.dmas.append(copy)
+            self.ledger.start(jaxcompat.dma_refs(eqn, values, UNKNOWN), eqn, into=copy[1])
             return unknown
         if name == "dma_wait":
-            self.ledger.wait(jaxcompat.dma_refs(eqn, values, UNKNOWN), eqn)
+            self.ledger.wait(jaxcompat.dma_refs(eqn, values, UNKNOWN), eqn,
+                             into=jaxcompat.dma_copy(eqn)[1])
             return unknown
         if name == "cond":
             return self.cond(eqn, values)

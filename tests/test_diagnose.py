@@ -370,6 +370,15 @@ def test_a_read_past_a_buffer_inside_a_kernel_is_not_an_index_map_error():
     assert "(8, 128)" in finding.says and "loop bound" in finding.says
 
 
+def test_an_index_map_called_with_more_arguments_than_it_takes_is_explained():
+    error = TypeError("flash_block_mask.<locals>.kv_index_map() takes 4 positional "
+                      "arguments but 5 were given")
+    finding = explain(error, [], ROOT)
+    assert finding.kind == "arity"
+    assert "kv_index_map() takes 4 arguments but was called with 5" in finding.says
+    assert "scalar-prefetch operand" in finding.says
+
+
 def test_an_unknown_error_keeps_its_first_line():
     finding = explain(KeyError("bm"), frames_in(code="bm = cfg['bm']"), ROOT)
     assert finding.kind == "error"

@@ -77,6 +77,14 @@ def same_slot_kernel(x_hbm, o_ref, buf, sems):
     o_ref[...] = buf[0]
 
 
+def waited_twice_kernel(x_hbm, o_ref, buf, sems):
+    first, _, _ = copies(x_hbm, buf, sems)
+    first.start()
+    first.wait()
+    first.wait()  # the line named: the copy was already taken by the wait above
+    o_ref[...] = buf[0]
+
+
 def semaphore_before_the_first_kernel(x_hbm, o_ref, buf, sems):
     slot = pl.program_id(0) - 1   # -1 at grid step 0: no wrap-around in a kernel
     copy = pltpu.make_async_copy(x_hbm.at[0], buf.at[0], sems.at[slot])
@@ -111,8 +119,10 @@ def test_paired_copies_pass_and_their_overlap_is_counted():
     (wrong_semaphore_kernel, "dma_never_started", "waits", "into_slot_0.wait()"),
     (unwaited_kernel, "dma_not_waited", "started", "first.start()"),
     (same_slot_kernel, "dma_overwrite", "started", "into_slot_0.start()"),
+    (waited_twice_kernel, "dma_waited_twice", "waits", "first.wait()  # the line named"),
     (semaphore_before_the_first_kernel, "dma_out_of_bounds", "started", "copy.start()"),
 ], ids=["wait before start", "wait on another semaphore", "never waited", "slot reused",
+        "waited twice",
         "semaphore index -1"])
 def test_an_unmatched_start_or_wait_is_named_with_its_line_before_the_kernel_runs(
         kernel, kind, label, text):
@@ -123,8 +133,42 @@ def test_an_unmatched_start_or_wait_is_named_with_its_line_before_the_kernel_run
     assert text in facts[label]
     if kind == "dma_overwrite":
         assert "first.start()" in facts["in flight"]
+    if kind == "dma_waited_twice":
+        assert facts["waited"].startswith(
+            f"tests/test_dma_ledger.py:{line_of(kernel, 'first.wait()')} ")
     if kind == "dma_out_of_bounds":
         assert facts["window"] == "semaphore [(-1, 0)] of a ref of shape (2,)"
+
+
+def read_and_write_on_one_semaphore(x, *, separate):
+    """Row block 0 read into VMEM while slot 1 is written out to HBM: on one DMA
+    semaphore (a wait could return when the other copy landed) or on one each."""
+    def kernel(x_hbm, o_hbm, buf, sems):
+        read = pltpu.make_async_copy(x_hbm.at[0], buf.at[0], sems.at[0])
+        write = pltpu.make_async_copy(buf.at[1], o_hbm, sems.at[1 if separate else 0])
+        buf[1] = jnp.ones((ROWS, D), buf.dtype)
+        write.start()
+        read.start()
+        read.wait()  # the line named
+        write.wait()
+
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((ROWS, D), x.dtype), grid=(1,),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        scratch_shapes=[pltpu.VMEM((2, ROWS, D), x.dtype), pltpu.SemaphoreType.DMA((2,))])(x)
+
+
+def test_a_wait_on_a_semaphore_that_reads_and_writes_share_is_named():
+    x = np.arange(2 * ROWS * D, dtype=np.float32).reshape(2, ROWS, D)
+    ran = measure(read_and_write_on_one_semaphore, x, separate=True, structure=None)
+    np.testing.assert_array_equal(np.asarray(ran.output), np.ones((ROWS, D)))
+    with pytest.raises(Diagnosed) as info:
+        measure(read_and_write_on_one_semaphore, x, separate=False, structure=None)
+    finding = info.value.findings()[0]
+    assert finding.kind == "dma_shared_semaphore"
+    facts = dict(finding.facts)
+    assert "read.wait()" in facts["waits"] and "write.start()" in facts["also on it"]
 
 
 def prefetch_next_step_kernel(x_hbm, o_ref, buf, sems):

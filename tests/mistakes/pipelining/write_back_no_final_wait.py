@@ -1,6 +1,6 @@
 """pipelining.write_back: the last chunk's write-back is never waited."""
 PUZZLE = "pipelining.write_back"
-EXPECT = "and for the last one, write(num_chunks - 1), after the loop"
+EXPECT = "wait for the last chunk's write-back after the loop"
 
 
 def relu_kernel(x_hbm, o_hbm, in_vmem, out_vmem, read_sem, write_sem, *, chunk):

@@ -1,7 +1,7 @@
 """pipelining.write_back: stores the next chunk's result into out_vmem first, and only
 then waits for the previous write-back, which reads out_vmem."""
 PUZZLE = "pipelining.write_back"
-EXPECT = "wait for write(i - 1) first, then store into out_vmem"
+EXPECT = "wait for the write-back of chunk i - 1 first, then store into out_vmem"
 
 
 def relu_kernel(x_hbm, o_hbm, in_vmem, out_vmem, read_sem, write_sem, *, chunk):
