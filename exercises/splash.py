@@ -239,7 +239,8 @@ def make_mask(T, S, *, causal=False, window=None, prefix=0, segments=None):
     Think in broadcasting: np.arange(T) as a column [T, 1] and np.arange(S) as a
     row [1, S] make every rule one comparison that broadcasts to [T, S]; the ids
     of segments broadcast the same way. Start from all True and narrow it (&=).
-    prefix without causal means nothing: raise a ValueError that says so.
+    prefix without causal means nothing: raise a ValueError that says so; so do
+    segment ids whose lengths are not T and S.
     """
     raise NotImplementedError
 

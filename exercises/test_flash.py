@@ -459,9 +459,10 @@ def test_gqa_checks_its_arguments(N, K, block_q, block_kv, rng):
     except Exception as error:
         fail("argument_check", f"flash_attention({bad}) should raise a ValueError that names "
              "the argument before any kernel is built; it failed later, inside JAX.",
-             [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+             [("called", f"flash_attention({bad})"),
+              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
     fail("argument_check", f"flash_attention({bad}) should raise a ValueError that names the "
-         "argument; it raised nothing.")
+         "argument; it raised nothing.", [("called", f"flash_attention({bad})"), ("raised", "nothing")])
 
 
 # 8 -------------------------------------------------------------------------

@@ -385,12 +385,15 @@ def test_paged_attention_checks_its_arguments(N, K, pages_per_block, rng):
         if name in str(error):
             return
         fail("argument_check", f"paged_attention({bad}) raised a ValueError that does not "
-             f"name {name}.", [("raised", str(error)[:200])])
+             f"name {name}.", [("called", f"paged_attention({bad})"),
+                               ("raised", str(error)[:200])])
     except NotImplementedError:
         raise
     except Exception as error:
         fail("argument_check", f"paged_attention({bad}) should raise a ValueError that names "
              "the argument before any kernel is built; it failed later, inside JAX.",
-             [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+             [("called", f"paged_attention({bad})"),
+              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
     fail("argument_check", f"paged_attention({bad}) should raise a ValueError that names the "
-         "argument; it raised nothing.")
+         "argument; it raised nothing.", [("called", f"paged_attention({bad})"),
+                                          ("raised", "nothing")])

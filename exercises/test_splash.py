@@ -359,6 +359,32 @@ def test_families(family, T, S, rng):
     check(yours, expected, blocks=(8, 8), axes="T S", likely=likely)
 
 
+@puzzle("splash.families")
+@pytest.mark.parametrize("bad", [
+    pytest.param("prefix", id="prefix=4 without causal"),
+    pytest.param("segments", id="segment ids of the wrong length"),
+])
+def test_families_check_their_arguments(bad):
+    """A mask that cannot mean what was asked fails with a ValueError, not a guess."""
+    T, S = 24, 40
+    options, said = ((dict(prefix=4), "prefix=4 without causal=True") if bad == "prefix"
+                     else (dict(segments=(np.zeros(T, np.int32), np.zeros(S + 1, np.int32))),
+                           f"segments of lengths {T} and {S + 1} for T={T}, S={S}"))
+    try:
+        splash.make_mask(T, S, **options)
+    except ValueError:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail("argument_check", f"make_mask({said}) should raise a ValueError that says why; "
+             "it failed with something else.",
+             [("called", f"make_mask({said})"),
+              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+    fail("argument_check", f"make_mask({said}) should raise a ValueError that says why; it "
+         "returned a mask.", [("called", f"make_mask({said})"), ("raised", "nothing")])
+
+
 # 4 -------------------------------------------------------------------------
 @puzzle("splash.compact")
 @pytest.mark.parametrize("heads, nq, nkv, empty_rows", [
@@ -661,6 +687,8 @@ def test_multihead_checks_its_arguments(bad, rng):
     except Exception as error:
         fail("argument_check", f"splash_attention({said}) should raise a ValueError that "
              "names the argument before any kernel is built; it failed later, inside JAX.",
-             [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+             [("called", f"splash_attention({said})"),
+              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
     fail("argument_check", f"splash_attention({said}) should raise a ValueError that names "
-         "the argument; it raised nothing.")
+         "the argument; it raised nothing.",
+         [("called", f"splash_attention({said})"), ("raised", "nothing")])

@@ -569,7 +569,7 @@ def render(findings: list[Finding], words: dict[str, str] | None = None,
     return lines
 
 
-_UNWRAPPED = {"blocks", "at", "race", "waits", "started", "in flight"}   # file:line   code
+_UNWRAPPED = {"blocks", "at", "race", "waits", "started", "in flight", "waited", "also on it"}   # file:line   code
 
 
 def _row(label: str, text: str) -> list[str]:
