@@ -249,11 +249,18 @@ def gmm(lhs, rhs, group_sizes, *, tiling=(128, 128, 128)):
     tm, tk, tn = _check_tiling("gmm", tiling, (M, K, N))
     group_offsets, group_ids, m_tile_ids, num_tiles = make_group_metadata(group_sizes, M, tm)
 
+    tiles_k = pl.cdiv(K, tk)
+
+    def k_block(visit, k, num_tiles):
+        # A padding step stays on the last real step's K block (the metadata already
+        # repeats its tile and group there): it fetches nothing new.
+        return jnp.where(visit < num_tiles[0], k, tiles_k - 1)
+
     def lhs_index_map(n, visit, k, group_offsets, group_ids, m_tile_ids, num_tiles):
-        return (m_tile_ids[visit], k)
+        return (m_tile_ids[visit], k_block(visit, k, num_tiles))
 
     def rhs_index_map(n, visit, k, group_offsets, group_ids, m_tile_ids, num_tiles):
-        return (group_ids[visit], k, n)
+        return (group_ids[visit], k_block(visit, k, num_tiles), n)
 
     def out_index_map(n, visit, k, group_offsets, group_ids, m_tile_ids, num_tiles):
         return (m_tile_ids[visit], n)
@@ -263,7 +270,7 @@ def gmm(lhs, rhs, group_sizes, *, tiling=(128, 128, 128)):
         out_shape=jax.ShapeDtypeStruct((M, N), lhs.dtype),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=4,
-            grid=(pl.cdiv(N, tn), group_ids.shape[0], pl.cdiv(K, tk)),
+            grid=(pl.cdiv(N, tn), group_ids.shape[0], tiles_k),
             in_specs=[pl.BlockSpec((tm, tk), lhs_index_map),
                       pl.BlockSpec((None, tk, tn), rhs_index_map)],
             out_specs=pl.BlockSpec((tm, tn), out_index_map),
