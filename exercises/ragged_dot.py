@@ -43,7 +43,7 @@ rhs, which tile of the output. That is JAX's megablox kernels
     4 masked       any sizes: a shared tile writes only its own rows
     5 gmm          a K grid axis, an f32 accumulator; bf16 in, bf16 out
     6 tgmm         the weight gradient: a sum over each group's rows
-    7 ragged_dot   jax.custom_vjp: gmm forward, gmm and tgmm backward
+    7 differentiable  jax.custom_vjp: gmm forward, gmm and tgmm backward
 
 Dimension letters: M rows (tokens), K the contraction dim, N the output dim, E
 experts; tm, tk, tn the tile sizes along M, K and N. The tests run your kernels on
@@ -349,7 +349,7 @@ def tgmm(lhs, grad, group_sizes, *, tiling=(128, 128, 128)):
     raise NotImplementedError
 
 
-# 7. ragged_dot.ragged_dot — differentiable: gmm forward, gmm and tgmm backward ----
+# 7. ragged_dot.differentiable — differentiable: gmm forward, gmm and tgmm backward ----
 
 def ragged_dot(lhs, rhs, group_sizes, *, tiling=(128, 128, 128)):
     """jax.lax.ragged_dot with your kernels: lhs [M, K], rhs [E, K, N] -> [M, N],

@@ -452,7 +452,7 @@ def with_grads(lhs, rhs, sizes, grad, *, attend, **static):
     return (out, *vjp(grad))
 
 
-@puzzle("ragged_dot.ragged_dot")
+@puzzle("ragged_dot.differentiable")
 @pytest.mark.parametrize("M, K, N, E, tiling, pattern, dtype", [
     pytest.param(136, 128, 128, 5, (128, 128, 128), "random", "float32",
                  id="M=136 K=N=128 E=5 random sizes, an empty group"),
@@ -461,7 +461,7 @@ def with_grads(lhs, rhs, sizes, grad, *, attend, **static):
     pytest.param(8192, 1024, 1024, 8, (512, 512, 512), "random", "bfloat16",
                  id="M=8192 K=N=1024 E=8 bf16-tpu", marks=on_tpu),
 ])
-def test_ragged_dot(M, K, N, E, tiling, pattern, dtype, rng):
+def test_differentiable(M, K, N, E, tiling, pattern, dtype, rng):
     """jax.vjp of ragged_dot: the output and both gradients right, from three kernels
     (gmm forward; gmm and tgmm backward), each doing the work of its real visits only."""
     tm, tk, tn = tiling

@@ -359,7 +359,7 @@ def tgmm(lhs, grad, group_sizes, *, tiling=(128, 128, 128)):
     )(group_offsets, group_ids, m_tile_ids, num_tiles.reshape(1), lhs, grad)
 
 
-# 7. ragged_dot.ragged_dot — differentiable: gmm forward, gmm and tgmm backward ----
+# 7. ragged_dot.differentiable — differentiable: gmm forward, gmm and tgmm backward ----
 
 def ragged_dot(lhs, rhs, group_sizes, *, tiling=(128, 128, 128)):
     """jax.lax.ragged_dot with Pallas kernels: [M, K], [E, K, N] -> [M, N], differentiable
