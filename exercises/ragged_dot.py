@@ -41,7 +41,7 @@ rhs, which tile of the output. That is JAX's megablox kernels
     2 metadata     the visits, from group_sizes, in plain JAX
     3 aligned      gmm when every group fills whole tiles
     4 masked       any sizes: a shared tile writes only its own rows
-    5 gmm          a K grid axis, an f32 accumulator; bf16 in, bf16 out
+    5 k_axis       gmm: a K grid axis, an f32 accumulator; bf16 in, bf16 out
     6 tgmm         the weight gradient: a sum over each group's rows
     7 differentiable  jax.custom_vjp: gmm forward, gmm and tgmm backward
 
@@ -242,7 +242,7 @@ def gmm_masked(lhs, rhs, group_sizes, *, tm=128, tn=128):
     raise NotImplementedError
 
 
-# 5. ragged_dot.gmm — a K grid axis, an f32 accumulator: the public gmm ------------
+# 5. ragged_dot.k_axis — a K grid axis, an f32 accumulator: the public gmm ------------
 
 def gmm_kernel(group_offsets_ref, group_ids_ref, m_tile_ids_ref, num_tiles_ref, lhs_ref,
                rhs_ref, out_ref, acc_ref, *, tm, tk, k_size):

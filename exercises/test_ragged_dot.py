@@ -349,7 +349,7 @@ def test_masked(M, K, N, E, tm, tn, pattern, dtype, rng):
 
 
 # 5 -------------------------------------------------------------------------
-@puzzle("ragged_dot.gmm")
+@puzzle("ragged_dot.k_axis")
 @pytest.mark.parametrize("M, K, N, E, tiling, pattern, dtype", [
     pytest.param(200, 300, 192, 4, (64, 128, 128), "random", "float32",
                  id="M=200 K=300 N=192 E=4 tiling=(64, 128, 128) nothing divides"),
@@ -358,7 +358,7 @@ def test_masked(M, K, N, E, tm, tn, pattern, dtype, rng):
     pytest.param(8192, 2048, 2048, 8, (512, 512, 512), "random", "bfloat16",
                  id="M=8192 K=N=2048 E=8 bf16-tpu", marks=on_tpu),
 ])
-def test_gmm(M, K, N, E, tiling, pattern, dtype, rng):
+def test_k_axis(M, K, N, E, tiling, pattern, dtype, rng):
     """gmm: right values (bf16 in, bf16 out, f32 accumulation), the work of the real
     visits only, and bytes: each real visit's blocks, nothing for a padding step."""
     tm, tk, tn = tiling
@@ -381,13 +381,13 @@ def test_gmm(M, K, N, E, tiling, pattern, dtype, rng):
     lowers_for_tpu(ran)
 
 
-@puzzle("ragged_dot.gmm")
+@puzzle("ragged_dot.k_axis")
 @pytest.mark.parametrize("bad", [
     pytest.param("groups", id="group_sizes [E + 1]"),
     pytest.param("k", id="rhs [E, K + 1, N]"),
     pytest.param("tm", id="tiling=(100, 128, 128) (tm not a multiple of 8)"),
 ])
-def test_gmm_checks_its_arguments(bad, rng):
+def test_k_axis_checks_its_arguments(bad, rng):
     """Bad arguments fail up front, with a ValueError, not deep inside a kernel."""
     M, K, N, E = 64, 128, 128, 3
     lhs, rhs = inputs(rng, M, K + (bad == "k"), N, E, "float32")

@@ -128,15 +128,6 @@ def gmm_aligned(lhs, rhs, group_sizes, *, tm=128, tn=128):
 
 # 4. ragged_dot.masked — a tile two groups share writes only its own rows -----------
 
-def group_rows(group_offsets_ref, group_ids_ref, m_tile_ids_ref, visit, shape, *, tm,
-               axis=0):
-    """bool `shape`: which rows (along `axis`) of this visit's row tile belong to its
-    group. Used by gmm's stores and by tgmm's inputs."""
-    group = group_ids_ref[visit]
-    rows = m_tile_ids_ref[visit] * tm + jax.lax.broadcasted_iota(jnp.int32, shape, axis)
-    return (rows >= group_offsets_ref[group]) & (rows < group_offsets_ref[group + 1])
-
-
 def gmm_masked_kernel(group_offsets_ref, group_ids_ref, m_tile_ids_ref, num_tiles_ref,
                       lhs_ref, rhs_ref, out_ref, *, tm):
     visit = pl.program_id(1)
@@ -144,8 +135,10 @@ def gmm_masked_kernel(group_offsets_ref, group_ids_ref, m_tile_ids_ref, num_tile
     @pl.when(visit < num_tiles_ref[0])
     def compute_tile():
         product = jnp.dot(lhs_ref[...], rhs_ref[...], preferred_element_type=jnp.float32)
-        mine = group_rows(group_offsets_ref, group_ids_ref, m_tile_ids_ref, visit,
-                          out_ref.shape, tm=tm)
+        # The rows of this tile that belong to this visit's group.
+        group = group_ids_ref[visit]
+        rows = m_tile_ids_ref[visit] * tm + jax.lax.broadcasted_iota(jnp.int32, out_ref.shape, 0)
+        mine = (rows >= group_offsets_ref[group]) & (rows < group_offsets_ref[group + 1])
         # The other rows keep what an earlier visit of this tile wrote there: the output
         # block stays in VMEM while consecutive visits name the same tile.
         out_ref[...] = jnp.where(mine, product.astype(out_ref.dtype), out_ref[...])
@@ -180,7 +173,7 @@ def gmm_masked(lhs, rhs, group_sizes, *, tm=128, tn=128):
     )(group_offsets, group_ids, m_tile_ids, num_tiles.reshape(1), lhs, rhs)
 
 
-# 5. ragged_dot.gmm — a K grid axis, an f32 accumulator: the public gmm ------------
+# 5. ragged_dot.k_axis — a K grid axis, an f32 accumulator: the public gmm ------------
 
 def _check_tiling(name, tiling, dims):
     """The tiling (tm, tk, tn) checked, and shrunk to dims (M, K, N) where longer."""
@@ -219,8 +212,10 @@ def gmm_kernel(group_offsets_ref, group_ids_ref, m_tile_ids_ref, num_tiles_ref, 
 
         @pl.when(k == pl.num_programs(2) - 1)
         def store_tile():
-            mine = group_rows(group_offsets_ref, group_ids_ref, m_tile_ids_ref, visit,
-                              out_ref.shape, tm=tm)
+            group = group_ids_ref[visit]
+            rows = m_tile_ids_ref[visit] * tm + jax.lax.broadcasted_iota(jnp.int32,
+                                                                         out_ref.shape, 0)
+            mine = (rows >= group_offsets_ref[group]) & (rows < group_offsets_ref[group + 1])
             out_ref[...] = jnp.where(mine, acc_ref[...].astype(out_ref.dtype), out_ref[...])
 
 
@@ -298,12 +293,13 @@ def tgmm_kernel(group_offsets_ref, group_ids_ref, m_tile_ids_ref, num_tiles_ref,
 
     @pl.when((visit < num_tiles) & (rows_start < rows_end))
     def accumulate():            # an empty group's visit adds nothing
-        lhs_mine = group_rows(group_offsets_ref, group_ids_ref, m_tile_ids_ref, visit,
-                              lhs_ref.shape, tm=tm, axis=1)
-        grad_mine = group_rows(group_offsets_ref, group_ids_ref, m_tile_ids_ref, visit,
-                               grad_ref.shape, tm=tm)
-        lhs = jnp.where(lhs_mine, lhs_ref[...], 0)     # columns of lhs are rows of M
-        grad = jnp.where(grad_mine, grad_ref[...], 0)
+        first_row = m_tile_ids_ref[visit] * tm
+        lhs_rows = first_row + jax.lax.broadcasted_iota(jnp.int32, lhs_ref.shape, 1)
+        grad_rows = first_row + jax.lax.broadcasted_iota(jnp.int32, grad_ref.shape, 0)
+        # Only this group's rows add: the other group's rows in a shared tile, and the
+        # NaN past M, are zeroed on both sides (NaN * 0 is NaN).
+        lhs = jnp.where((lhs_rows >= rows_start) & (lhs_rows < rows_end), lhs_ref[...], 0)
+        grad = jnp.where((grad_rows >= rows_start) & (grad_rows < rows_end), grad_ref[...], 0)
         acc_ref[...] += jnp.dot(lhs, grad, preferred_element_type=jnp.float32)
 
     @pl.when((visit == num_tiles - 1) | (following != group))

@@ -1,5 +1,5 @@
-"""ragged_dot.gmm (shortcut): a kernel copies lhs; jax.lax.ragged_dot does the work."""
-PUZZLE = "ragged_dot.gmm"
+"""ragged_dot.k_axis (shortcut): a kernel copies lhs; jax.lax.ragged_dot does the work."""
+PUZZLE = "ragged_dot.k_axis"
 EXPECT = "happens outside your kernel"
 
 

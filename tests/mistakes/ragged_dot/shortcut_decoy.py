@@ -1,6 +1,6 @@
-"""ragged_dot.gmm (shortcut): a real kernel runs on a dummy input; the result comes from
+"""ragged_dot.k_axis (shortcut): a real kernel runs on a dummy input; the result comes from
 jax.lax.ragged_dot."""
-PUZZLE = "ragged_dot.gmm"
+PUZZLE = "ragged_dot.k_axis"
 EXPECT = "is never used"
 
 _gmm = gmm

@@ -1,5 +1,5 @@
-"""ragged_dot.gmm (shortcut): plain JAX when a test harness is detected."""
-PUZZLE = "ragged_dot.gmm"
+"""ragged_dot.k_axis (shortcut): plain JAX when a test harness is detected."""
+PUZZLE = "ragged_dot.k_axis"
 EXPECT = "without a Pallas kernel"
 
 import os  # noqa: E402

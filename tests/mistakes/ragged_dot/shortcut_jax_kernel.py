@@ -1,6 +1,6 @@
-"""ragged_dot.gmm (shortcut): JAX's own megablox gmm stands in, on lhs padded to the
+"""ragged_dot.k_axis (shortcut): JAX's own megablox gmm stands in, on lhs padded to the
 multiple of tm it needs."""
-PUZZLE = "ragged_dot.gmm"
+PUZZLE = "ragged_dot.k_axis"
 EXPECT = "is not yours"
 
 from jax.experimental.pallas.ops.tpu.megablox import gmm as megablox_gmm  # noqa: E402

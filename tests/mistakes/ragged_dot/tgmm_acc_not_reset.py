@@ -19,12 +19,11 @@ def tgmm_kernel(group_offsets_ref, group_ids_ref, m_tile_ids_ref, num_tiles_ref,
 
     @pl.when((visit < num_tiles) & (rows_start < rows_end))
     def accumulate():
-        lhs_mine = group_rows(group_offsets_ref, group_ids_ref, m_tile_ids_ref, visit,
-                              lhs_ref.shape, tm=tm, axis=1)
-        grad_mine = group_rows(group_offsets_ref, group_ids_ref, m_tile_ids_ref, visit,
-                               grad_ref.shape, tm=tm)
-        lhs = jnp.where(lhs_mine, lhs_ref[...], 0)
-        grad = jnp.where(grad_mine, grad_ref[...], 0)
+        first_row = m_tile_ids_ref[visit] * tm
+        lhs_rows = first_row + jax.lax.broadcasted_iota(jnp.int32, lhs_ref.shape, 1)
+        grad_rows = first_row + jax.lax.broadcasted_iota(jnp.int32, grad_ref.shape, 0)
+        lhs = jnp.where((lhs_rows >= rows_start) & (lhs_rows < rows_end), lhs_ref[...], 0)
+        grad = jnp.where((grad_rows >= rows_start) & (grad_rows < rows_end), grad_ref[...], 0)
         acc_ref[...] += jnp.dot(lhs, grad, preferred_element_type=jnp.float32)
 
     @pl.when((visit == num_tiles - 1) | (following != group))

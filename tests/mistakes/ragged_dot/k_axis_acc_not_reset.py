@@ -1,6 +1,6 @@
-"""ragged_dot.gmm: the accumulator zeroed once, at the very first step, and never for a
+"""ragged_dot.k_axis: the accumulator zeroed once, at the very first step, and never for a
 new visit: every visit adds onto the ones before it."""
-PUZZLE = "ragged_dot.gmm"
+PUZZLE = "ragged_dot.k_axis"
 EXPECT = "zero acc_ref at k == 0 of every visit"
 
 
@@ -23,6 +23,8 @@ def gmm_kernel(group_offsets_ref, group_ids_ref, m_tile_ids_ref, num_tiles_ref, 
 
         @pl.when(k == pl.num_programs(2) - 1)
         def store():
-            mine = group_rows(group_offsets_ref, group_ids_ref, m_tile_ids_ref, visit,
-                              out_ref.shape, tm=tm)
+            group = group_ids_ref[visit]
+            rows = m_tile_ids_ref[visit] * tm + jax.lax.broadcasted_iota(jnp.int32,
+                                                                         out_ref.shape, 0)
+            mine = (rows >= group_offsets_ref[group]) & (rows < group_offsets_ref[group + 1])
             out_ref[...] = jnp.where(mine, acc_ref[...].astype(out_ref.dtype), out_ref[...])

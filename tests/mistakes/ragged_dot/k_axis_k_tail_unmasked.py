@@ -1,6 +1,6 @@
-"""ragged_dot.gmm: the last K block used as it comes: what lies past K (NaN in interpret
+"""ragged_dot.k_axis: the last K block used as it comes: what lies past K (NaN in interpret
 mode) reaches the dot."""
-PUZZLE = "ragged_dot.gmm"
+PUZZLE = "ragged_dot.k_axis"
 EXPECT = "Zero both lhs's columns and rhs's rows past K"
 
 
@@ -18,6 +18,8 @@ def gmm_kernel(group_offsets_ref, group_ids_ref, m_tile_ids_ref, num_tiles_ref, 
 
         @pl.when(k == pl.num_programs(2) - 1)
         def store():
-            mine = group_rows(group_offsets_ref, group_ids_ref, m_tile_ids_ref, visit,
-                              out_ref.shape, tm=tm)
+            group = group_ids_ref[visit]
+            rows = m_tile_ids_ref[visit] * tm + jax.lax.broadcasted_iota(jnp.int32,
+                                                                         out_ref.shape, 0)
+            mine = (rows >= group_offsets_ref[group]) & (rows < group_offsets_ref[group + 1])
             out_ref[...] = jnp.where(mine, acc_ref[...].astype(out_ref.dtype), out_ref[...])
