@@ -48,7 +48,7 @@ def group_sizes(rng, M, E, pattern, tm=8):
     """int32 [E] summing to M, drawn for a pattern:
 
     random   cuts anywhere, with an empty group and a group smaller than a tile
-    aligned  every size a multiple of tm, an empty group among them
+    aligned  every size a multiple of tm, an empty group among them, the last not empty
     last     every row in the last group (the others empty)
     one      a single group
     edges    empty first and last groups, a group of one row
@@ -58,10 +58,10 @@ def group_sizes(rng, M, E, pattern, tm=8):
     if pattern == "last":
         return np.array([0] * (E - 1) + [M], np.int32)
     if pattern == "aligned":
-        tiles = M // tm
-        cuts = np.sort(rng.integers((E - 2,), 0, tiles + 1)) * tm
+        tiles = M // tm   # the last group keeps at least one tile
+        cuts = np.sort(rng.integers((E - 2,), 0, tiles)) * tm
         sizes = np.diff(np.concatenate([[0], cuts, [M]]))
-        return np.insert(sizes, int(rng.integers((), 0, E)), 0).astype(np.int32)
+        return np.insert(sizes, int(rng.integers((), 0, E - 1)), 0).astype(np.int32)
     if pattern == "edges":
         inner = E - 2
         cuts = np.sort(rng.permutation(M - 2)[:inner - 2] + 1)
@@ -204,6 +204,13 @@ def dot_flops(sizes, M, K, N, tm, tk, tn, *, visit_empty=False):
     return visits * cdiv(K, tk) * cdiv(N, tn) * 2 * tm * tk * tn
 
 
+def shrunk(tiling, M, K, N):
+    """The tiles gmm and tgmm use: a tile longer than its dim shrinks to it (tm to M
+    rounded up to 8)."""
+    tm, tk, tn = tiling
+    return min(tm, cdiv(M, 8) * 8), min(tk, K), min(tn, N)
+
+
 def inputs(rng, M, K, N, E, dtype):
     return rng.normal((M, K), dtype), rng.normal((E, K, N), dtype)
 
@@ -254,8 +261,8 @@ def test_gather(M, D, tm, ids, dtype, rng):
 # 2 -------------------------------------------------------------------------
 @puzzle("ragged_dot.metadata")
 @pytest.mark.parametrize("M, E, tm, pattern", [
-    pytest.param(64, 6, 8, "random", id="M=64 E=6 tm=8 random sizes"),
-    pytest.param(37, 5, 16, "edges", id="M=37 (not a multiple of tm=16) E=5 empty ends"),
+    pytest.param(80, 6, 8, "random", id="M=80 E=6 tm=8 random sizes"),
+    pytest.param(33, 5, 16, "edges", id="M=33 (not a multiple of tm=16) E=5 empty ends"),
     pytest.param(40, 3, 8, "aligned", id="M=40 E=3 tm=8 sizes multiples of tm"),
     pytest.param(24, 1, 8, "one", id="M=24 E=1 one group"),
     pytest.param(65536, 256, 512, "random", id="M=65536 E=256-tpu", marks=on_tpu),
@@ -351,18 +358,18 @@ def test_masked(M, K, N, E, tm, tn, pattern, dtype, rng):
 # 5 -------------------------------------------------------------------------
 @puzzle("ragged_dot.k_axis")
 @pytest.mark.parametrize("M, K, N, E, tiling, pattern, dtype", [
-    pytest.param(200, 300, 192, 4, (64, 128, 128), "random", "float32",
-                 id="M=200 K=300 N=192 E=4 tiling=(64, 128, 128) nothing divides"),
-    pytest.param(96, 256, 128, 3, (32, 128, 128), "last", "bfloat16",
-                 id="M=96 K=256 N=128 E=3 bf16 every row in the last group"),
+    pytest.param(200, 257, 129, 4, (64, 128, 128), "random", "float32",
+                 id="M=200 K=257 N=129 E=4 tiling=(64, 128, 128) nothing divides"),
+    pytest.param(57, 256, 128, 3, (128, 128, 128), "last", "bfloat16",
+                 id="M=57 K=256 N=128 E=3 bf16 tm shrinks to 64, every row in the last group"),
     pytest.param(8192, 2048, 2048, 8, (512, 512, 512), "random", "bfloat16",
                  id="M=8192 K=N=2048 E=8 bf16-tpu", marks=on_tpu),
 ])
 def test_k_axis(M, K, N, E, tiling, pattern, dtype, rng):
     """gmm: right values (bf16 in, bf16 out, f32 accumulation), the work of the real
     visits only, and bytes: each real visit's blocks, nothing for a padding step."""
-    tm, tk, tn = tiling
-    sizes = group_sizes(rng, M, E, pattern, tm)
+    tm, tk, tn = shrunk(tiling, M, K, N)
+    sizes = group_sizes(rng, M, E, pattern, 8)
     lhs, rhs = inputs(rng, M, K, N, E, dtype)
     structure = GROUPED.where(grid=(cdiv(N, tn), cdiv(M, tm) + E - 1, cdiv(K, tk)),
                               blocks={0: (tm, tk), 1: (None, tk, tn)})
@@ -413,10 +420,10 @@ def test_k_axis_checks_its_arguments(bad, rng):
 # 6 -------------------------------------------------------------------------
 @puzzle("ragged_dot.tgmm")
 @pytest.mark.parametrize("M, K, N, E, tiling, pattern, dtype", [
-    pytest.param(200, 128, 128, 6, (128, 128, 128), "edges", "float32",
-                 id="M=200 K=N=128 E=6 empty first and last groups, a 1-row group"),
-    pytest.param(256, 256, 128, 5, (128, 128, 128), "random", "bfloat16",
-                 id="M=256 K=256 N=128 E=5 bf16 random sizes, an empty group"),
+    pytest.param(200, 129, 129, 6, (128, 128, 128), "edges", "float32",
+                 id="M=200 K=N=129 E=6 empty first and last groups, a 1-row group"),
+    pytest.param(256, 256, 128, 4, (128, 128, 128), "aligned", "bfloat16",
+                 id="M=256 K=256 N=128 E=4 bf16 sizes multiples of tm, fewer visits than steps"),
     pytest.param(8192, 1024, 1024, 8, (512, 512, 512), "random", "bfloat16",
                  id="M=8192 K=N=1024 E=8 bf16-tpu", marks=on_tpu),
 ])
@@ -424,8 +431,8 @@ def test_tgmm(M, K, N, E, tiling, pattern, dtype, rng):
     """tgmm: right values (zeros for an empty group, written by the kernel), the work of
     the non-empty visits only, and bytes: each visit's blocks, every expert's block
     written once."""
-    tm, tk, tn = tiling
-    sizes = group_sizes(rng, M, E, pattern, 8)
+    tm, tk, tn = shrunk(tiling, M, K, N)
+    sizes = group_sizes(rng, M, E, pattern, tm)
     lhs, grad = rng.normal((K, M), dtype), rng.normal((M, N), dtype)
     structure = GROUPED.where(grid=(cdiv(N, tn), cdiv(K, tk), cdiv(M, tm) + E - 1),
                               blocks={0: (tk, tm), 1: (tm, tn)})
@@ -456,15 +463,15 @@ def with_grads(lhs, rhs, sizes, grad, *, attend, **static):
 @pytest.mark.parametrize("M, K, N, E, tiling, pattern, dtype", [
     pytest.param(136, 128, 128, 5, (128, 128, 128), "random", "float32",
                  id="M=136 K=N=128 E=5 random sizes, an empty group"),
-    pytest.param(64, 128, 256, 4, (64, 128, 128), "last", "bfloat16",
-                 id="M=64 K=128 N=256 E=4 bf16 every row in the last group"),
+    pytest.param(64, 128, 256, 4, (128, 128, 128), "last", "bfloat16",
+                 id="M=64 K=128 N=256 E=4 bf16 tm shrinks to 64, every row in the last group"),
     pytest.param(8192, 1024, 1024, 8, (512, 512, 512), "random", "bfloat16",
                  id="M=8192 K=N=1024 E=8 bf16-tpu", marks=on_tpu),
 ])
 def test_differentiable(M, K, N, E, tiling, pattern, dtype, rng):
     """jax.vjp of ragged_dot: the output and both gradients right, from three kernels
     (gmm forward; gmm and tgmm backward), each doing the work of its real visits only."""
-    tm, tk, tn = tiling
+    tm, tk, tn = shrunk(tiling, M, K, N)
     sizes = group_sizes(rng, M, E, pattern, 8)
     lhs, rhs = inputs(rng, M, K, N, E, dtype)
     grad = rng.normal((M, N), dtype)

@@ -58,7 +58,7 @@ def gather_tiles(x, tile_ids, *, tm=8):
 
 def make_group_metadata(group_sizes, m, tm, *, visit_empty_groups=False):
     group_sizes = jnp.asarray(group_sizes, jnp.int32)
-    num_groups = group_sizes.shape[0]
+    num_groups = len(group_sizes)
     tiles_m = pl.cdiv(m, tm)
     num_visits = tiles_m + num_groups - 1          # the most visits any sizes need
 
@@ -118,7 +118,7 @@ def gmm_aligned(lhs, rhs, group_sizes, *, tm=128, tn=128):
         out_shape=jax.ShapeDtypeStruct((M, N), lhs.dtype),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=4,
-            grid=(N // tn, group_ids.shape[0]),
+            grid=(N // tn, len(group_ids)),
             in_specs=[pl.BlockSpec((tm, K), lhs_index_map),
                       pl.BlockSpec((None, K, tn), rhs_index_map)],
             out_specs=pl.BlockSpec((tm, tn), out_index_map)),
@@ -165,7 +165,7 @@ def gmm_masked(lhs, rhs, group_sizes, *, tm=128, tn=128):
         out_shape=jax.ShapeDtypeStruct((M, N), lhs.dtype),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=4,
-            grid=(N // tn, group_ids.shape[0]),
+            grid=(N // tn, len(group_ids)),
             in_specs=[pl.BlockSpec((tm, K), lhs_index_map),
                       pl.BlockSpec((None, K, tn), rhs_index_map)],
             out_specs=pl.BlockSpec((tm, tn), out_index_map)),
@@ -265,7 +265,7 @@ def gmm(lhs, rhs, group_sizes, *, tiling=(128, 128, 128)):
         out_shape=jax.ShapeDtypeStruct((M, N), lhs.dtype),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=4,
-            grid=(pl.cdiv(N, tn), group_ids.shape[0], tiles_k),
+            grid=(pl.cdiv(N, tn), len(group_ids), tiles_k),
             in_specs=[pl.BlockSpec((tm, tk), lhs_index_map),
                       pl.BlockSpec((None, tk, tn), rhs_index_map)],
             out_specs=pl.BlockSpec((tm, tn), out_index_map),
@@ -326,7 +326,7 @@ def tgmm(lhs, grad, group_sizes, *, tiling=(128, 128, 128)):
         raise ValueError(f"tgmm: lhs and grad must share one floating dtype; got "
                          f"{lhs.dtype} and {grad.dtype}")
     _check_groups("tgmm", group_sizes)
-    E = group_sizes.shape[0]
+    E = len(group_sizes)
     tm, tk, tn = _check_tiling("tgmm", tiling, (M, K, N))
     group_offsets, group_ids, m_tile_ids, num_tiles = make_group_metadata(
         group_sizes, M, tm, visit_empty_groups=True)
@@ -345,7 +345,7 @@ def tgmm(lhs, grad, group_sizes, *, tiling=(128, 128, 128)):
         out_shape=jax.ShapeDtypeStruct((E, K, N), lhs.dtype),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=4,
-            grid=(pl.cdiv(N, tn), pl.cdiv(K, tk), group_ids.shape[0]),
+            grid=(pl.cdiv(N, tn), pl.cdiv(K, tk), len(group_ids)),
             in_specs=[pl.BlockSpec((tk, tm), lhs_index_map),
                       pl.BlockSpec((tm, tn), grad_index_map)],
             out_specs=pl.BlockSpec((None, tk, tn), out_index_map),
