@@ -1,0 +1,497 @@
+"""Tests for exercises/ragged_dot.py. Run them, don't edit them:
+
+    pytest exercises/test_ragged_dot.py                 # all puzzles of the chapter
+    pytest exercises/test_ragged_dot.py -k masked       # one puzzle
+    pytest exercises/test_ragged_dot.py -k masked --hint
+
+The metadata puzzle compares your four arrays with the visits worked out here, entry
+by entry. The kernel puzzles compare your output with the grouped matmul computed in
+float64 NumPy, on at least two shapes and group patterns (empty groups, a group
+smaller than a tile, groups that share a tile, M not a multiple of the tile); count
+the dot work your kernels executed (only the real visits may compute) and the bytes
+they moved between HBM and VMEM (a step past the last visit fetches nothing new);
+then check that the kernel would compile for a real TPU. Tests marked `tpu` run
+realistic sizes on a real TPU and are skipped elsewhere.
+"""
+import functools
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_work, fail,
+                                 lowers_for_tpu, measure, run_jax)
+
+ragged_dot = chapter("ragged_dot")
+
+puzzle = pytest.mark.puzzle
+on_tpu = pytest.mark.tpu
+
+# What each kernel lesson requires of your program, checked from its trace: your own
+# kernel does the matmul and reads scalar-prefetched metadata; around it, only integer
+# work on the group sizes (the metadata) is allowed.
+GROUPED = Structure(inside={"dot_general"}, prefetch=True, outside={"metadata"})
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def is_tpu_size(*dims):
+    return math.prod(dims) > 2 ** 24
+
+
+# --- group sizes -----------------------------------------------------------------
+
+def group_sizes(rng, M, E, pattern, tm=8):
+    """int32 [E] summing to M, drawn for a pattern:
+
+    random   cuts anywhere, with an empty group and a group smaller than a tile
+    aligned  every size a multiple of tm, an empty group among them, the last not empty
+    last     every row in the last group (the others empty)
+    one      a single group
+    edges    empty first and last groups, a group of one row
+    """
+    if pattern == "one":
+        return np.array([M], np.int32)
+    if pattern == "last":
+        return np.array([0] * (E - 1) + [M], np.int32)
+    if pattern == "aligned":
+        tiles = M // tm   # the last group keeps at least one tile
+        cuts = np.sort(rng.integers((E - 2,), 0, tiles)) * tm
+        sizes = np.diff(np.concatenate([[0], cuts, [M]]))
+        return np.insert(sizes, int(rng.integers((), 0, E - 1)), 0).astype(np.int32)
+    if pattern == "edges":
+        inner = E - 2
+        cuts = np.sort(rng.permutation(M - 2)[:inner - 2] + 1)
+        sizes = np.diff(np.concatenate([[0], cuts, [M - 1]]))
+        return np.concatenate([[0], sizes, [1, 0]]).astype(np.int32)
+    # random: E - 1 non-empty groups, one of them smaller than a tile, and one empty
+    small = int(rng.integers((), 1, tm))
+    cuts = np.sort(rng.permutation(np.arange(1, M - small))[:E - 3])
+    sizes = list(np.diff(np.concatenate([[0], cuts, [M - small]]))) + [small]
+    sizes.insert(int(rng.integers((), 1, E - 1)), 0)
+    return np.array(sizes, np.int32)
+
+
+# --- the visits, worked out here --------------------------------------------------
+
+def visits_of(sizes, M, tm, *, visit_empty=False, owned_only=False):
+    """(group, row tile) of every visit, in grid order. owned_only: a group visits only
+    the tiles whose first row is its own (a tile it shares at its start is forgotten)."""
+    tiles_m = cdiv(M, tm)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    visits = []
+    for g, size in enumerate(sizes):
+        start, end = int(offsets[g]), int(offsets[g + 1])
+        if size == 0:
+            if visit_empty:
+                visits.append((g, min(start // tm, tiles_m - 1)))
+            continue
+        first = cdiv(start, tm) if owned_only else start // tm
+        visits += [(g, t) for t in range(first, (end - 1) // tm + 1)]
+    return visits
+
+
+def metadata_of(sizes, M, tm, *, visit_empty=False, padding="last", owned_only=False):
+    """(group_offsets, group_ids, m_tile_ids, num_tiles) as make_group_metadata returns
+    them. padding: what the entries past num_tiles hold ("last" real visit, "zero", or
+    "last_group": the last group and tile, as jnp.repeat pads)."""
+    E, tiles_m = len(sizes), cdiv(M, tm)
+    visits = visits_of(sizes, M, tm, visit_empty=visit_empty, owned_only=owned_only)
+    fill = {"last": visits[-1] if visits else (0, 0), "zero": (0, 0),
+            "last_group": (E - 1, tiles_m - 1)}[padding]
+    rows = visits + [fill] * (tiles_m + E - 1 - len(visits))
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    return (offsets, np.array([g for g, _ in rows], np.int32),
+            np.array([t for _, t in rows], np.int32), np.int32(len(visits)))
+
+
+# --- grouped matmuls in float64 NumPy: the expected values -------------------------
+
+def f64(*arrays):
+    return [np.asarray(a, np.float64) for a in arrays]
+
+
+def grouped_matmul(lhs, rhs, sizes):
+    """out[rows of group e] = lhs[rows of group e] @ rhs[e], in float64."""
+    lhs, rhs = f64(lhs, rhs)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    out = np.zeros((lhs.shape[0], rhs.shape[2]))
+    for e in range(len(sizes)):
+        rows = slice(offsets[e], offsets[e + 1])
+        out[rows] = lhs[rows] @ rhs[e]
+    return out
+
+
+def transposed_grouped_matmul(lhs, grad, sizes):
+    """out[e] = lhs[:, rows of group e] @ grad[rows of group e] ([K, M], [M, N]), float64;
+    zeros for a group without rows."""
+    lhs, grad = f64(lhs, grad)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    return np.stack([lhs[:, offsets[e]:offsets[e + 1]] @ grad[offsets[e]:offsets[e + 1]]
+                     for e in range(len(sizes))])
+
+
+def following_visits(lhs, rhs, sizes, tm, *, masked=True, reset=True):
+    """gmm's output, float64, from a kernel that follows the visits: masked=False stores
+    a visit's whole tile (its group's expert on every row of the tile); reset=False
+    keeps one accumulator across visits (never zeroed for a new group)."""
+    lhs, rhs = f64(lhs, rhs)
+    M = lhs.shape[0]
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    out = np.zeros((M, rhs.shape[2]))
+    acc = np.zeros((tm, rhs.shape[2]))
+    for g, t in visits_of(sizes, M, tm):
+        rows = np.arange(t * tm, min((t + 1) * tm, M))
+        product = np.zeros((tm, rhs.shape[2]))
+        product[:len(rows)] = lhs[rows] @ rhs[g]
+        acc = product if reset else acc + product
+        mine = (rows >= offsets[g]) & (rows < offsets[g + 1]) if masked else np.ones(len(rows),
+                                                                                     bool)
+        out[rows[mine]] = acc[:len(rows)][mine]
+    return out
+
+
+def tgmm_unmasked(lhs, grad, sizes, tm):
+    """tgmm's output, float64, if each visit summed its whole row tile."""
+    lhs, grad = f64(lhs, grad)
+    M = lhs.shape[1]
+    out = np.zeros((len(sizes), lhs.shape[0], grad.shape[1]))
+    for g, t in visits_of(sizes, M, tm):
+        rows = slice(t * tm, min((t + 1) * tm, M))
+        out[g] += lhs[:, rows] @ grad[rows]
+    return out
+
+
+# --- bytes, worked out from the visits ---------------------------------------------
+
+def moved(indices, block, shape, itemsize):
+    """Bytes a pipeline moves for a block whose index at each grid step is indices[s]: a
+    copy whenever the index changes (and at the first step), of the in-bounds part."""
+    total, before = 0, None
+    for index in indices:
+        if index != before:
+            total += math.prod(min(b, n - i * b) for i, b, n in zip(index, block, shape))
+        before = index
+    return total * itemsize
+
+
+def gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize):
+    """(reference, minimum) bytes of gmm: lhs and rhs blocks fetched when a real visit's
+    block changes (steps past num_tiles fetch nothing new), the output written once."""
+    steps = [(n, g, t, k) for n in range(cdiv(N, tn)) for g, t in visits_of(sizes, M, tm)
+             for k in range(cdiv(K, tk))]
+    lhs = moved([(t, k) for n, g, t, k in steps], (tm, tk), (M, K), itemsize)
+    rhs = moved([(g, k, n) for n, g, t, k in steps], (1, tk, tn), (E, K, N), itemsize)
+    used = int((np.asarray(sizes) > 0).sum())
+    return lhs + rhs + M * N * itemsize, (M * K + used * K * N + M * N) * itemsize
+
+
+def tgmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize):
+    steps = [(n, k, g, t) for n in range(cdiv(N, tn)) for k in range(cdiv(K, tk))
+             for g, t in visits_of(sizes, M, tm, visit_empty=True)]
+    lhs = moved([(k, t) for n, k, g, t in steps], (tk, tm), (K, M), itemsize)
+    grad = moved([(t, n) for n, k, g, t in steps], (tm, tn), (M, N), itemsize)
+    return lhs + grad + E * K * N * itemsize, (K * M + M * N + E * K * N) * itemsize
+
+
+def dot_flops(sizes, M, K, N, tm, tk, tn, *, visit_empty=False):
+    """Dot flops of gmm on (tm, tk) x (tk, tn) blocks: one per real visit, K block and N
+    block."""
+    visits = len(visits_of(sizes, M, tm, visit_empty=visit_empty))
+    return visits * cdiv(K, tk) * cdiv(N, tn) * 2 * tm * tk * tn
+
+
+def shrunk(tiling, M, K, N):
+    """The tiles gmm and tgmm use: a tile longer than its dim shrinks to it (tm to M
+    rounded up to 8)."""
+    tm, tk, tn = tiling
+    return min(tm, cdiv(M, 8) * 8), min(tk, K), min(tn, N)
+
+
+def inputs(rng, M, K, N, E, dtype):
+    return rng.normal((M, K), dtype), rng.normal((E, K, N), dtype)
+
+
+def tolerance_for(dtype):
+    """float32: the kernel's sums run in another order than NumPy's float64 ones."""
+    return 1e-4 if dtype == "float32" else None
+
+
+# 1 -------------------------------------------------------------------------
+@puzzle("ragged_dot.gather")
+@pytest.mark.parametrize("M, D, tm, ids, dtype", [
+    pytest.param(64, 128, 8, "repeats", "float32",
+                 id="M=64 D=128 tm=8 six ids, one repeated in a row"),
+    pytest.param(48, 256, 16, "one", "bfloat16", id="M=48 D=256 tm=16 bf16 one id"),
+    pytest.param(65536, 1024, 256, "repeats", "bfloat16", id="M=65536 D=1024-tpu",
+                 marks=on_tpu),
+])
+def test_gather(M, D, tm, ids, dtype, rng):
+    """Tiles of x in the order of a prefetched list: right values; each tile fetched once
+    per run of equal ids."""
+    x = rng.normal((M, D), dtype)
+    tiles = M // tm
+    if ids == "one":
+        tile_ids = rng.integers((1,), 1, tiles)
+    else:
+        tile_ids = rng.permutation(tiles)[:5].astype(np.int32)
+        tile_ids = np.insert(tile_ids, 2, tile_ids[1]).astype(np.int32)
+        if tile_ids[0] == 0:          # the first tile of x is never the first asked for
+            tile_ids[0] = tiles - 1 if tile_ids[1] != tiles - 1 else 1
+    V = len(tile_ids)
+    ran = measure(ragged_dot.gather_tiles, x, tile_ids, tm=tm,
+                  structure=Structure(prefetch=True, grid=(V,), blocks={0: (tm, D)}))
+    expected = x.reshape(tiles, tm, D)[tile_ids].reshape(V * tm, D)
+    likely = {"first_tile": lambda: np.tile(x[:tm], (V, 1))}
+    if V * tm <= M:
+        likely["follows_grid"] = lambda: x[:V * tm]
+    check(ran, expected, blocks=(tm, None), axes="V D", likely=likely)
+    if is_tpu_size(M, D):
+        return
+    itemsize = x.dtype.itemsize
+    fetched = moved([(int(t), 0) for t in tile_ids], (tm, D), (M, D), itemsize)
+    distinct = len(set(tile_ids.tolist())) * tm * D * itemsize
+    check_traffic(ran, reference=fetched + expected.nbytes, minimum=distinct + expected.nbytes)
+    lowers_for_tpu(ran)
+
+
+# 2 -------------------------------------------------------------------------
+@puzzle("ragged_dot.metadata")
+@pytest.mark.parametrize("M, E, tm, pattern", [
+    pytest.param(80, 6, 8, "random", id="M=80 E=6 tm=8 random sizes"),
+    pytest.param(33, 5, 16, "edges", id="M=33 (not a multiple of tm=16) E=5 empty ends"),
+    pytest.param(40, 3, 8, "aligned", id="M=40 E=3 tm=8 sizes multiples of tm"),
+    pytest.param(24, 1, 8, "one", id="M=24 E=1 one group"),
+    pytest.param(65536, 256, 512, "random", id="M=65536 E=256-tpu", marks=on_tpu),
+])
+@pytest.mark.parametrize("visit_empty_groups", [False, True],
+                         ids=["gmm", "visit_empty_groups=True"])
+def test_metadata(M, E, tm, pattern, visit_empty_groups, rng):
+    sizes = group_sizes(rng, M, E, pattern, tm)
+    yours = run_jax(ragged_dot.make_group_metadata, sizes, m=M, tm=tm,
+                    visit_empty_groups=visit_empty_groups)
+    if not (isinstance(yours, (tuple, list)) and len(yours) == 4):
+        fail("returned", "make_group_metadata returns a tuple of four arrays: (group_offsets, "
+             "group_ids, m_tile_ids, num_tiles).", [("returned", f"{type(yours).__name__}")])
+    expected = metadata_of(sizes, M, tm, visit_empty=visit_empty_groups)
+    alternatives = {"shared_tile_forgotten": dict(owned_only=True),
+                    "padding_zero": dict(padding="zero"),
+                    "padding_last_group": dict(padding="last_group"),
+                    "empty_groups_flag_ignored": dict(visit_empty=not visit_empty_groups)}
+    names = ["group_offsets", "group_ids", "m_tile_ids", "num_tiles"]
+    for n, name in enumerate(names):
+        likely = {key: functools.partial(lambda n, options: metadata_of(
+            sizes, M, tm, **{"visit_empty": visit_empty_groups, **options})[n], n, options)
+            for key, options in alternatives.items()}
+        check(np.asarray(yours[n]), expected[n], name=name, blocks=(1,) * expected[n].ndim,
+              axes="v" if expected[n].ndim else None, likely=likely)
+
+
+# 3 -------------------------------------------------------------------------
+@puzzle("ragged_dot.aligned")
+@pytest.mark.parametrize("M, K, N, E, tm, tn, pattern, dtype", [
+    pytest.param(256, 64, 256, 4, 64, 128, "aligned", "float32",
+                 id="M=256 K=64 N=256 E=4 tm=64 tn=128 an empty group"),
+    pytest.param(128, 128, 128, 3, 32, 128, "last", "bfloat16",
+                 id="M=128 K=N=128 E=3 tm=32 bf16 every row in the last group"),
+    pytest.param(8192, 1024, 1024, 8, 512, 512, "aligned", "bfloat16",
+                 id="M=8192 K=N=1024 E=8-tpu", marks=on_tpu),
+])
+def test_aligned(M, K, N, E, tm, tn, pattern, dtype, rng):
+    """Group sizes multiples of tm: right values, the work of the real visits only (the
+    steps past num_tiles compute nothing), each block fetched once per run."""
+    sizes = group_sizes(rng, M, E, pattern, tm)
+    lhs, rhs = inputs(rng, M, K, N, E, dtype)
+    structure = GROUPED.where(grid=(N // tn, M // tm + E - 1),
+                              blocks={0: (tm, K), 1: (None, K, tn)})
+    ran = measure(ragged_dot.gmm_aligned, lhs, rhs, sizes, tm=tm, tn=tn, structure=structure)
+    expected = grouped_matmul(lhs, rhs, sizes)
+    check(ran, expected.astype(dtype), blocks=(tm, tn), axes="M N",
+          tolerance=tolerance_for(dtype),
+          likely={"first_expert": lambda: (f64(lhs)[0] @ f64(rhs)[0][0]).astype(dtype)})
+    if is_tpu_size(M, K, N):
+        return
+    visits = len(visits_of(sizes, M, tm))
+    flops = dot_flops(sizes, M, K, N, tm, K, tn)
+    check_work(ran, flops=flops,
+               likely={"padding_steps": flops * (M // tm + E - 1) // visits})
+    reference, minimum = gmm_bytes(M, K, N, E, sizes, tm, K, tn, lhs.dtype.itemsize)
+    check_traffic(ran, reference=reference, minimum=minimum)
+    lowers_for_tpu(ran)
+
+
+# 4 -------------------------------------------------------------------------
+@puzzle("ragged_dot.masked")
+@pytest.mark.parametrize("M, K, N, E, tm, tn, pattern, dtype", [
+    pytest.param(200, 64, 256, 5, 64, 128, "random", "float32",
+                 id="M=200 K=64 N=256 E=5 tm=64 a group smaller than a tile, an empty group"),
+    pytest.param(40, 128, 128, 6, 16, 128, "edges", "bfloat16",
+                 id="M=40 K=N=128 E=6 tm=16 bf16 empty first and last groups, a 1-row group"),
+    pytest.param(8192, 1024, 1024, 8, 512, 512, "random", "bfloat16",
+                 id="M=8192 K=N=1024 E=8-tpu", marks=on_tpu),
+])
+def test_masked(M, K, N, E, tm, tn, pattern, dtype, rng):
+    """Any group sizes: right values, the work of the real visits only (none for an
+    empty group), and bytes: no block fetched for an empty group or a padding step."""
+    sizes = group_sizes(rng, M, E, pattern, tm)
+    lhs, rhs = inputs(rng, M, K, N, E, dtype)
+    structure = GROUPED.where(grid=(N // tn, cdiv(M, tm) + E - 1),
+                              blocks={0: (tm, K), 1: (None, K, tn)})
+    ran = measure(ragged_dot.gmm_masked, lhs, rhs, sizes, tm=tm, tn=tn, structure=structure)
+    check(ran, grouped_matmul(lhs, rhs, sizes).astype(dtype), blocks=(tm, tn), axes="M N",
+          tolerance=tolerance_for(dtype),
+          likely={"unmasked_store": lambda: following_visits(lhs, rhs, sizes, tm,
+                                                             masked=False).astype(dtype)})
+    if is_tpu_size(M, K, N):
+        return
+    check_work(ran, flops=dot_flops(sizes, M, K, N, tm, K, tn),
+               likely={"empty_group_visits": dot_flops(sizes, M, K, N, tm, K, tn,
+                                                       visit_empty=True)})
+    reference, minimum = gmm_bytes(M, K, N, E, sizes, tm, K, tn, lhs.dtype.itemsize)
+    check_traffic(ran, reference=reference, minimum=minimum)
+    lowers_for_tpu(ran)
+
+
+# 5 -------------------------------------------------------------------------
+@puzzle("ragged_dot.k_axis")
+@pytest.mark.parametrize("M, K, N, E, tiling, pattern, dtype", [
+    pytest.param(200, 257, 129, 4, (64, 128, 128), "random", "float32",
+                 id="M=200 K=257 N=129 E=4 tiling=(64, 128, 128) nothing divides"),
+    pytest.param(57, 256, 128, 3, (128, 128, 128), "last", "bfloat16",
+                 id="M=57 K=256 N=128 E=3 bf16 tm shrinks to 64, every row in the last group"),
+    pytest.param(8192, 2048, 2048, 8, (512, 512, 512), "random", "bfloat16",
+                 id="M=8192 K=N=2048 E=8 bf16-tpu", marks=on_tpu),
+])
+def test_k_axis(M, K, N, E, tiling, pattern, dtype, rng):
+    """gmm: right values (bf16 in, bf16 out, f32 accumulation), the work of the real
+    visits only, and bytes: each real visit's blocks, nothing for a padding step."""
+    tm, tk, tn = shrunk(tiling, M, K, N)
+    sizes = group_sizes(rng, M, E, pattern, 8)
+    lhs, rhs = inputs(rng, M, K, N, E, dtype)
+    structure = GROUPED.where(grid=(cdiv(N, tn), cdiv(M, tm) + E - 1, cdiv(K, tk)),
+                              blocks={0: (tm, tk), 1: (None, tk, tn)})
+    ran = measure(ragged_dot.gmm, lhs, rhs, sizes, tiling=tiling, structure=structure)
+    check(ran, grouped_matmul(lhs, rhs, sizes).astype(dtype), blocks=(tm, tn), axes="M N",
+          tolerance=tolerance_for(dtype),
+          likely={"acc_not_reset": lambda: following_visits(lhs, rhs, sizes, tm,
+                                                            reset=False).astype(dtype),
+                  "unmasked_store": lambda: following_visits(lhs, rhs, sizes, tm,
+                                                             masked=False).astype(dtype)})
+    if is_tpu_size(M, K, N):
+        return
+    check_work(ran, flops=dot_flops(sizes, M, K, N, tm, tk, tn))
+    reference, minimum = gmm_bytes(M, K, N, E, sizes, tm, tk, tn, lhs.dtype.itemsize)
+    check_traffic(ran, reference=reference, minimum=minimum)
+    lowers_for_tpu(ran)
+
+
+@puzzle("ragged_dot.k_axis")
+@pytest.mark.parametrize("bad", [
+    pytest.param("groups", id="group_sizes [E + 1]"),
+    pytest.param("k", id="rhs [E, K + 1, N]"),
+    pytest.param("tm", id="tiling=(100, 128, 128) (tm not a multiple of 8)"),
+])
+def test_k_axis_checks_its_arguments(bad, rng):
+    """Bad arguments fail up front, with a ValueError, not deep inside a kernel."""
+    M, K, N, E = 64, 128, 128, 3
+    lhs, rhs = inputs(rng, M, K + (bad == "k"), N, E, "float32")
+    lhs = lhs[:, :K]
+    sizes = np.array([M] + [0] * (E - (bad != "groups")), np.int32)
+    tiling = (100, 128, 128) if bad == "tm" else (64, 128, 128)
+    said = {"groups": f"group_sizes of shape {sizes.shape}", "k": f"rhs of shape {rhs.shape}",
+            "tm": f"tiling={tiling}"}[bad]
+    try:
+        jax.eval_shape(functools.partial(ragged_dot.gmm, tiling=tiling), lhs, rhs, sizes)
+    except ValueError:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail("argument_check", f"gmm({said}) should raise a ValueError that names the "
+             "argument before any kernel is built; it failed later, inside JAX.",
+             [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+    fail("argument_check", f"gmm({said}) should raise a ValueError that names the argument; "
+         "it raised nothing.")
+
+
+# 6 -------------------------------------------------------------------------
+@puzzle("ragged_dot.tgmm")
+@pytest.mark.parametrize("M, K, N, E, tiling, pattern, dtype", [
+    pytest.param(200, 129, 129, 6, (128, 128, 128), "edges", "float32",
+                 id="M=200 K=N=129 E=6 empty first and last groups, a 1-row group"),
+    pytest.param(256, 256, 128, 4, (128, 128, 128), "aligned", "bfloat16",
+                 id="M=256 K=256 N=128 E=4 bf16 sizes multiples of tm, fewer visits than steps"),
+    pytest.param(8192, 1024, 1024, 8, (512, 512, 512), "random", "bfloat16",
+                 id="M=8192 K=N=1024 E=8 bf16-tpu", marks=on_tpu),
+])
+def test_tgmm(M, K, N, E, tiling, pattern, dtype, rng):
+    """tgmm: right values (zeros for an empty group, written by the kernel), the work of
+    the non-empty visits only, and bytes: each visit's blocks, every expert's block
+    written once."""
+    tm, tk, tn = shrunk(tiling, M, K, N)
+    sizes = group_sizes(rng, M, E, pattern, tm)
+    lhs, grad = rng.normal((K, M), dtype), rng.normal((M, N), dtype)
+    structure = GROUPED.where(grid=(cdiv(N, tn), cdiv(K, tk), cdiv(M, tm) + E - 1),
+                              blocks={0: (tk, tm), 1: (tm, tn)})
+    ran = measure(ragged_dot.tgmm, lhs, grad, sizes, tiling=tiling, structure=structure)
+    expected = transposed_grouped_matmul(lhs, grad, sizes)
+    check(ran, expected.astype(dtype), blocks=(1, tk, tn), axes="E K N",
+          tolerance=tolerance_for(dtype),
+          likely={"acc_not_reset": lambda: np.cumsum(expected, axis=0).astype(dtype),
+                  "unmasked_rows": lambda: tgmm_unmasked(lhs, grad, sizes, tm).astype(dtype)})
+    if is_tpu_size(M, K, N):
+        return
+    check_work(ran, flops=dot_flops(sizes, M, K, N, tm, tk, tn),
+               likely={"empty_group_computes": dot_flops(sizes, M, K, N, tm, tk, tn,
+                                                         visit_empty=True)})
+    reference, minimum = tgmm_bytes(M, K, N, E, sizes, tm, tk, tn, lhs.dtype.itemsize)
+    check_traffic(ran, reference=reference, minimum=minimum)
+    lowers_for_tpu(ran)
+
+
+# 7 -------------------------------------------------------------------------
+def with_grads(lhs, rhs, sizes, grad, *, attend, **static):
+    """attend(lhs, rhs, sizes) and its gradients (d lhs, d rhs) for the cotangent grad."""
+    out, vjp = jax.vjp(lambda lhs, rhs: attend(lhs, rhs, sizes, **static), lhs, rhs)
+    return (out, *vjp(grad))
+
+
+@puzzle("ragged_dot.differentiable")
+@pytest.mark.parametrize("M, K, N, E, tiling, pattern, dtype", [
+    pytest.param(136, 128, 128, 5, (128, 128, 128), "random", "float32",
+                 id="M=136 K=N=128 E=5 random sizes, an empty group"),
+    pytest.param(64, 128, 256, 4, (128, 128, 128), "last", "bfloat16",
+                 id="M=64 K=128 N=256 E=4 bf16 tm shrinks to 64, every row in the last group"),
+    pytest.param(8192, 1024, 1024, 8, (512, 512, 512), "random", "bfloat16",
+                 id="M=8192 K=N=1024 E=8 bf16-tpu", marks=on_tpu),
+])
+def test_differentiable(M, K, N, E, tiling, pattern, dtype, rng):
+    """jax.vjp of ragged_dot: the output and both gradients right, from three kernels
+    (gmm forward; gmm and tgmm backward), each doing the work of its real visits only."""
+    tm, tk, tn = shrunk(tiling, M, K, N)
+    sizes = group_sizes(rng, M, E, pattern, 8)
+    lhs, rhs = inputs(rng, M, K, N, E, dtype)
+    grad = rng.normal((M, N), dtype)
+    ran = measure(with_grads, lhs, rhs, sizes, grad, attend=ragged_dot.ragged_dot,
+                  tiling=tiling, structure=GROUPED.where(kernels=3,
+                                                         outside={"metadata", "transpose"}))
+    out, d_lhs, d_rhs = ran.output
+    tolerance = tolerance_for(dtype)
+    check(out, grouped_matmul(lhs, rhs, sizes).astype(dtype), name="output",
+          blocks=(tm, tn), axes="M N", tolerance=tolerance)
+    check(d_lhs, grouped_matmul(grad, np.swapaxes(rhs, 1, 2), sizes).astype(dtype),
+          name="d lhs", blocks=(tm, tk), axes="M K", tolerance=tolerance,
+          likely={"d_lhs_first_expert": lambda: (f64(grad)[0] @ f64(rhs)[0][0].T)
+                  .astype(dtype)})
+    check(d_rhs, transposed_grouped_matmul(np.swapaxes(lhs, 0, 1), grad, sizes).astype(dtype),
+          name="d rhs", blocks=(1, tk, tn), axes="E K N", tolerance=tolerance,
+          likely={"d_rhs_every_row": lambda: np.broadcast_to(
+              f64(lhs)[0].T @ f64(grad)[0], (E, K, N)).astype(dtype)})
+    if is_tpu_size(M, K, N):
+        return
+    check_work(ran, flops=2 * dot_flops(sizes, M, K, N, tm, tk, tn)
+               + dot_flops(sizes, M, N, K, tm, tn, tk))
+    lowers_for_tpu(ran)
