@@ -190,9 +190,16 @@ def test_the_classroom_copy_refuses_to_ship_a_solution(tmp_path):
         (kit / name).mkdir(parents=True)
     (kit / "exercises" / "hints").mkdir()
     (kit / "reference" / "toy.py").write_text(
-        "def answer():\n    x = 40\n    return x + 2\n")
+        "def copy_kernel(x_ref, o_ref):\n    o_ref[...] = x_ref[...]\n\n\n"
+        "def answer(values):\n    total = sum(v * v for v in values)\n"
+        "    return total / len(values)\n")
+    (kit / "exercises" / "toy.py").write_text(   # the one-line copy is no secret
+        "def copy_kernel(x_ref, o_ref):\n    o_ref[...] = x_ref[...]\n\n\n"
+        "def answer(values):\n    raise NotImplementedError\n")
+    assert classroom.make_copy(kit, tmp_path / "fine")
     (kit / "exercises" / "toy.py").write_text(
-        "def answer():\n    x = 40\n    return x + 2   # oops, solved\n")
+        "def answer(values):\n    total = sum(v * v for v in values)\n"
+        "    return total / len(values)   # oops, solved\n")
     with pytest.raises(SystemExit, match="solution code found"):
         classroom.make_copy(kit, tmp_path / "out")
     assert not (tmp_path / "out").exists()
