@@ -367,10 +367,13 @@ def ragged_dot(lhs, rhs, group_sizes, *, tiling=(128, 128, 128)):
     Three kernels in all: gmm forward; gmm and tgmm backward. Transposing rhs and lhs
     in plain JAX is allowed here (megablox avoids the copy of rhs with a
     transpose_rhs flag; a refinement for later). Mind the tiling of the d lhs gmm:
-    its contraction is over N. The backward returns None for group_sizes.
+    its contraction is over N and its output columns are K, so it takes
+    (tm, tn, tk): the values come out right either way, but tiles sized for
+    one dim then cut the other. The backward returns None for group_sizes.
 
-    custom_vjp functions must not close over traced values: pass group_sizes as an
-    argument of the custom_vjp function (the tiling, plain Python ints, may be
-    closed over).
+    Pass group_sizes as an argument of the custom_vjp function rather than
+    closing over it: a closed-over traced value works in a plain jax.grad, but
+    breaks under jit or vmap of the whole thing (the tiling, plain Python ints, may
+    be closed over).
     """
     raise NotImplementedError

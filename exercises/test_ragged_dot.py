@@ -265,6 +265,7 @@ def test_gather(M, D, tm, ids, dtype, rng):
     pytest.param(33, 5, 16, "edges", id="M=33 (not a multiple of tm=16) E=5 empty ends"),
     pytest.param(40, 3, 8, "aligned", id="M=40 E=3 tm=8 sizes multiples of tm"),
     pytest.param(24, 1, 8, "one", id="M=24 E=1 one group"),
+    pytest.param(32, 5, 8, "edges", id="M=32 (a multiple of tm=8) E=5 empty last group"),
     pytest.param(65536, 256, 512, "random", id="M=65536 E=256-tpu", marks=on_tpu),
 ])
 @pytest.mark.parametrize("visit_empty_groups", [False, True],
@@ -424,6 +425,8 @@ def test_k_axis_checks_its_arguments(bad, rng):
                  id="M=200 K=N=129 E=6 empty first and last groups, a 1-row group"),
     pytest.param(256, 256, 128, 4, (128, 128, 128), "aligned", "bfloat16",
                  id="M=256 K=256 N=128 E=4 bf16 sizes multiples of tm, fewer visits than steps"),
+    pytest.param(256, 128, 128, 5, (128, 128, 128), "edges", "float32",
+                 id="M=256 (a multiple of tm) K=N=128 E=5 empty last group"),
     pytest.param(8192, 1024, 1024, 8, (512, 512, 512), "random", "bfloat16",
                  id="M=8192 K=N=1024 E=8 bf16-tpu", marks=on_tpu),
 ])
@@ -485,7 +488,9 @@ def test_differentiable(M, K, N, E, tiling, pattern, dtype, rng):
     check(d_lhs, grouped_matmul(grad, np.swapaxes(rhs, 1, 2), sizes).astype(dtype),
           name="d lhs", blocks=(tm, tk), axes="M K", tolerance=tolerance,
           likely={"d_lhs_first_expert": lambda: (f64(grad)[0] @ f64(rhs)[0][0].T)
-                  .astype(dtype)})
+                  .astype(dtype),
+                  **({"d_lhs_rhs_not_transposed": lambda: grouped_matmul(grad, rhs, sizes)
+                      .astype(dtype)} if K == N else {})})
     check(d_rhs, transposed_grouped_matmul(np.swapaxes(lhs, 0, 1), grad, sizes).astype(dtype),
           name="d rhs", blocks=(1, tk, tn), axes="E K N", tolerance=tolerance,
           likely={"d_rhs_every_row": lambda: np.broadcast_to(
