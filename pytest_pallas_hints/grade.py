@@ -181,6 +181,10 @@ def run_tests(python: str, tree: Path, work: Path, user, chapters: list[str],
                               if user else {}))
         except subprocess.TimeoutExpired:
             out.write(f"\n(the grading run stopped after {seconds:g} s)\n".encode())
+        except PermissionError as error:   # a Python under /root (pyenv), say
+            out.write(f"\n(the grading user cannot run {python}: {error}. Grade with "
+                      "--interpreter set to a Python every user can read, such as "
+                      "setup-python's or /usr/bin/python3)\n".encode())
     end_processes(user)
     return result, "classroom", log.read_text(encoding="utf-8", errors="replace")
 
