@@ -523,8 +523,12 @@ def tpu_chip():
                                              platform="tpu")
     except TypeError:  # JAX < 0.9 has no platform field
         device = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1)
+    # Auto axes, as every array made outside this context has: with JAX 0.11's default
+    # (Explicit) an operand from outside (a scalar-prefetch table) fails to slice.
+    auto = getattr(getattr(jax.sharding, "AxisType", None), "Auto", None)
+    axis_types = {"axis_types": (auto,)} if auto is not None else {}
     return jax.sharding.use_abstract_mesh(
-        jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device))
+        jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device, **axis_types))
 
 
 def traced_for_tpu():
