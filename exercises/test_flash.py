@@ -485,13 +485,15 @@ def test_gqa(B, N, K, T, S, H, causal, dtype, rng):
                       structure=ATTENTION.where(kernels=3, outside=DELTA | padding))
         o, dq, dk, dv = ran.output
     else:
-        ran = measure(flash.flash_attention, q, k, v, causal=causal,
-                      structure=ATTENTION.where(outside=padding))
-        o = ran.output
         # Blocks shrink to the sequence rounded up to 8 rows, then the sequence is
         # padded to whole blocks: T=60 -> one 64-row q block, S=255 -> two 128-key
         # blocks. Two dots (s = q k^T, p v) per (q block, kv block) pair per head.
         block_q, block_kv = min(128, -(-T // 8) * 8), min(128, -(-S // 8) * 8)
+        ran = measure(flash.flash_attention, q, k, v, causal=causal,
+                      structure=grid_structure(B, N, -(-T // block_q) * block_q,
+                                               -(-S // block_kv) * block_kv, H, block_q,
+                                               block_kv).where(outside=padding))
+        o = ran.output
         pairs = -(-T // block_q) * -(-S // block_kv)
         check_work(ran, flops=dot_flops(B * N * pairs, 2, block_q, block_kv, H))
 
