@@ -61,7 +61,7 @@ def chapter(name: str) -> types.ModuleType:
     if source == "exercises" and path.exists():  # what a learner (and a grade) runs
         from . import rules
 
-        broken = rules.check(path, _extra_imports(root, name))
+        broken = rules.check(path)
         if broken is not None:
             return _BrokenChapter(module_name, ChapterRuleBroken(path, broken))
     try:
@@ -87,18 +87,6 @@ def stubs(path: Path) -> dict[str, int]:
                 and "NotImplementedError" in ast.unparse(node.body[-1]):
             found[node.name] = node.body[-1].lineno
     return found
-
-
-def _extra_imports(root: Path, name: str) -> tuple[str, ...]:
-    """The modules a chapter allows on top of the rule's list (its hints file's
-    ``[chapter] imports``)."""
-    import tomllib
-
-    try:
-        data = tomllib.loads((root / "exercises" / "hints" / f"{name}.toml").read_text("utf-8"))
-    except (OSError, tomllib.TOMLDecodeError):
-        return ()
-    return tuple(data.get("chapter", {}).get("imports", ()))
 
 
 def sources() -> set[Path] | None:

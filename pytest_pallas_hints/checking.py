@@ -22,7 +22,7 @@ import functools
 import zlib
 from typing import Callable, Mapping, NoReturn
 
-import numpy as np
+from .frozen import np
 
 from . import diagnose, jaxcompat, program, walk
 from . import structure as rules
@@ -325,7 +325,20 @@ def _locate(error: BaseException, traced) -> None:
 
 
 def _trace(fn, args, static) -> program.Program:
-    return program.trace(fn, args, static, reading=lambda: kit_step("reading the program"))
+    return program.trace(fn, args, {name: _own_copy(value) for name, value in static.items()},
+                         reading=lambda: kit_step("reading the program"))
+
+
+def _own_copy(value):
+    """A static argument as the learner's code gets it: NumPy arrays copied, so that no
+    write into one (a mask sorted in place) reaches the test's own."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if type(value) in (list, tuple):
+        return type(value)(_own_copy(v) for v in value)
+    if type(value) is dict:
+        return {k: _own_copy(v) for k, v in value.items()}
+    return value
 
 
 @functools.lru_cache(maxsize=None)

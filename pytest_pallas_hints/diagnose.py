@@ -17,7 +17,7 @@ import re
 import textwrap
 from pathlib import Path
 
-import numpy as np
+from .frozen import np
 
 LABEL_WIDTH = 11
 WRAP = 78

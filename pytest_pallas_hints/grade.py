@@ -19,8 +19,10 @@ the code that runs when their exercises are imported. So, one step at a time:
 4. pytest run as an unprivileged user (when this runs as root), ``python -I``,
    with a clean environment (no runner files, no tokens), the grading tree and
    the installed packages read-only, the progress file in a fresh folder and no
-   cache. The rule for exercise files (rules.py) is checked before any of the
-   student's code runs; a chapter that breaks it scores 0.
+   cache; each chapter in a process of its own, so that one chapter's file can
+   never change another chapter's verdict. The rule for exercise files
+   (rules.py) is checked before any of the student's code runs; a chapter that
+   breaks it scores 0.
 5. Every process of that user ended, then the result read from a path made
    fresh for this run, checked against the template's catalogue (each score
    capped at its puzzle's points, the maximum from the template).
@@ -155,38 +157,48 @@ def remove(user) -> None:
 
 
 def run_tests(python: str, tree: Path, work: Path, user, chapters: list[str],
-              seconds: float = RUN_SECONDS) -> tuple[Path, str, str]:
-    """Runs the graded tests; returns (the result file, its kind, the output)."""
+              seconds: float = RUN_SECONDS) -> tuple[dict[str, Path], str, str]:
+    """Runs the graded tests, each chapter in a process of its own (one chapter's file
+    can never change another chapter's verdict); returns (the result file of each
+    chapter, their kind, the output)."""
     home, state, results = (work / name for name in ("home", "state", "results"))
     for folder in (home, state, results):
         folder.mkdir()
         if user:
             os.chown(folder, user[0], user[1])
         folder.chmod(0o700)
-    result = results / "result"
     env = {"PATH": f"{Path(python).parent}:/usr/bin:/bin", "HOME": str(home),
            "TMPDIR": str(home), "LANG": "C.UTF-8", "JAX_PLATFORMS": "cpu",
            "PALLAS_HINTS_STATE": str(state), "PYTHONDONTWRITEBYTECODE": "1"}
-    files = [f"exercises/test_{name}.py" for name in chapters
-             if (tree / "exercises" / f"test_{name}.py").exists()]
-    command = [python, "-I", "-m", "pytest", "-c", str(tree / "pyproject.toml"),
-               "--rootdir", str(tree), "-p", "no:cacheprovider", "-n", "2", "--no-scoreboard",
-               f"--classroom-result={result}", *files]
     log = work / "output.txt"
+    found: dict[str, Path] = {}
+    deadline = time.monotonic() + seconds
     with open(log, "wb") as out:
-        try:
-            subprocess.run(command, cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT,
-                           stdin=subprocess.DEVNULL, timeout=seconds, start_new_session=True,
-                           **({"user": user[0], "group": user[1], "extra_groups": []}
-                              if user else {}))
-        except subprocess.TimeoutExpired:
-            out.write(f"\n(the grading run stopped after {seconds:g} s)\n".encode())
-        except PermissionError as error:   # a Python under /root (pyenv), say
-            out.write(f"\n(the grading user cannot run {python}: {error}. Grade with "
-                      "--interpreter set to a Python every user can read, such as "
-                      "setup-python's or /usr/bin/python3)\n".encode())
-    end_processes(user)
-    return result, "classroom", log.read_text(encoding="utf-8", errors="replace")
+        for name in chapters:
+            if not (tree / "exercises" / f"test_{name}.py").exists():
+                continue
+            found[name] = results / f"result-{name}"
+            command = [python, "-I", "-m", "pytest", "-c", str(tree / "pyproject.toml"),
+                       "--rootdir", str(tree), "-p", "no:cacheprovider", "-n", "2",
+                       "--no-scoreboard", f"--classroom-result={found[name]}",
+                       f"exercises/test_{name}.py"]
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(command, seconds)
+                subprocess.run(command, cwd=tree, env=env, stdout=out,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=left,
+                               start_new_session=True,
+                               **({"user": user[0], "group": user[1], "extra_groups": []}
+                                  if user else {}))
+            except subprocess.TimeoutExpired:
+                out.write(f"\n(the grading run stopped after {seconds:g} s)\n".encode())
+            except PermissionError as error:   # a Python under /root (pyenv), say
+                out.write(f"\n(the grading user cannot run {python}: {error}. Grade with "
+                          "--interpreter set to a Python every user can read, such as "
+                          "setup-python's or /usr/bin/python3)\n".encode())
+            end_processes(user)   # nothing of this chapter's run outlives it
+    return found, "classroom", log.read_text(encoding="utf-8", errors="replace")
 
 
 def end_processes(user) -> None:
@@ -202,34 +214,21 @@ def end_processes(user) -> None:
 
 # --------------------------------------------------------------- the result ---
 
-def checked_result(path: Path, started: float, chapters: dict, ran: list[str],
+def checked_result(paths: dict[str, Path], started: float, chapters: dict, ran: list[str],
                    notes: list[str]) -> dict:
     """The run's classroom result, trusted only as far as the template allows: each
-    test matched to a template puzzle, its score capped at that puzzle's points, the
-    maximum the template's. Anything else, or no fresh file: an error, 0 points."""
+    chapter's file read for that chapter's puzzles only, each test matched to a template
+    puzzle, its score capped at that puzzle's points, the maximum the template's.
+    Anything else, or no fresh file: an error, 0 points."""
     puzzles = {pid: (title, points) for name in ran for pid, title, points
                in chapters[name]["puzzles"]}
     maximum = sum(points for _, points in puzzles.values())
-    message = "the grading run left no result"
-    tests = {}
-    try:
-        if path.is_file() and not path.is_symlink() and path.stat().st_mtime >= started - 1 \
-                and path.stat().st_size < (4 << 20):
-            data = json.loads(base64.b64decode(path.read_text(encoding="ascii").strip()))
-            for test in data.get("tests", []):
-                pid = str(test.get("name", "")).split(" ")[0]
-                if pid in puzzles and pid not in tests:
-                    title, points = puzzles[pid]
-                    status = test.get("status") if test.get("status") in (
-                        "pass", "fail", "error") else "error"
-                    tests[pid] = {**{k: test.get(k) for k in ("message", "test_code", "filename",
-                                                              "line_no", "duration")},
-                                  "name": f"{pid} · {title}", "status": status,
-                                  "score": points if status == "pass" else 0}
-            message = ""
-    except (OSError, ValueError, TypeError, AttributeError):
-        message = "the grading run left a result that could not be read"
+    tests, messages = {}, {}
+    for name in ran:
+        mine = {pid: puzzles[pid] for pid, _, _ in chapters[name]["puzzles"]}
+        messages[name] = _read_result(paths.get(name), started, mine, tests)
     for pid, (title, points) in puzzles.items():
+        message = messages[pid.split(".")[0]]
         tests.setdefault(pid, {"name": f"{pid} · {title}", "status": "error", "score": 0,
                                "message": message or "its tests did not report",
                                "test_code": "", "filename": "", "line_no": 0, "duration": 0})
@@ -240,8 +239,31 @@ def checked_result(path: Path, started: float, chapters: dict, ran: list[str],
                 tests[pid]["message"] = f"{note}. {tests[pid]['message'] or ''}".strip()
     ordered = [tests[pid] for pid in puzzles]
     status = ("pass" if ordered and all(t["status"] == "pass" for t in ordered) else
-              "error" if message else "fail")
+              "error" if any(messages.values()) else "fail")
     return {"version": 1, "status": status, "max_score": maximum, "tests": ordered}
+
+
+def _read_result(path: Path | None, started: float, puzzles: dict, tests: dict) -> str:
+    """Reads one chapter's classroom result into ``tests`` (its own puzzles only);
+    returns what went wrong, or ""."""
+    try:
+        if path is None or not path.is_file() or path.is_symlink() \
+                or path.stat().st_mtime < started - 1 or path.stat().st_size >= (4 << 20):
+            return "the grading run left no result"
+        data = json.loads(base64.b64decode(path.read_text(encoding="ascii").strip()))
+        for test in data.get("tests", []):
+            pid = str(test.get("name", "")).split(" ")[0]
+            if pid in puzzles and pid not in tests:
+                title, points = puzzles[pid]
+                status = test.get("status") if test.get("status") in (
+                    "pass", "fail", "error") else "error"
+                tests[pid] = {**{k: test.get(k) for k in ("message", "test_code", "filename",
+                                                          "line_no", "duration")},
+                              "name": f"{pid} · {title}", "status": status,
+                              "score": points if status == "pass" else 0}
+        return ""
+    except (OSError, ValueError, TypeError, AttributeError):
+        return "the grading run left a result that could not be read"
 
 
 def not_gradable(chapters: dict, why: str) -> dict:
@@ -283,10 +305,10 @@ def grade(tree: Path, submitted: Path, work: Path, *, python: str | None,
     user = student()
     started = time.time()
     try:
-        path, _, output = run_tests(python, tree, work, user, ran)
+        paths, _, output = run_tests(python, tree, work, user, ran)
     finally:
         remove(user)
-    result = checked_result(path, started, {c: chapters[c] for c in ran}, ran, notes)
+    result = checked_result(paths, started, {c: chapters[c] for c in ran}, ran, notes)
     for test in result["tests"]:  # each test's max, for Gradescope
         test["max_score"] = next(p for c in ran for pid, _, p in chapters[c]["puzzles"]
                                  if test["name"].startswith(pid + " "))

@@ -230,7 +230,7 @@ def ref_indices(eqn, invals, unknown):
     tuple of ints, arrays and slices, given the values of its operands; None when
     a part of it is ``unknown``."""
     import jax
-    import numpy as np
+    from .frozen import np
 
     tree = eqn.params.get("tree")
     flat = list(invals[2 if eqn.primitive.name in ("swap", "addupdate") else 1:])
@@ -259,7 +259,7 @@ def ref_indices(eqn, invals, unknown):
 
 def dma_copy(eqn) -> tuple[str, str, int]:
     """(source memory space, destination memory space, bytes) of a dma_start equation."""
-    import numpy as np
+    from .frozen import np
 
     tree = eqn.params["tree"]
     parts = (tree.unflatten(eqn.invars) if hasattr(tree, "unflatten")
@@ -296,7 +296,7 @@ class DmaRefs:
 def dma_refs(eqn, values, unknown) -> DmaRefs:
     """The refs and windows of a dma_start or dma_wait equation (the same operand
     layout for both in every release), from the walk's ``values`` of its operands."""
-    import numpy as np
+    from .frozen import np
 
     tree = eqn.params["tree"]
 
@@ -336,7 +336,7 @@ def dma_refs(eqn, values, unknown) -> DmaRefs:
 def _box(shape: tuple, transforms, unknown) -> tuple | None:
     """The (start, stop) per dim of a ref of ``shape`` that ``transforms`` (``.at[...]``
     indexers, chained) select; None if an index is unknown or not a plain int or slice."""
-    import numpy as np
+    from .frozen import np
 
     view = list(range(len(shape)))   # dim of the current view -> dim of the whole ref
     box = [[0, int(d)] for d in shape]

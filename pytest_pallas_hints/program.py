@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import numpy as np
+from .frozen import np
 
 from . import jaxcompat
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import numpy as np
+from .frozen import np
 
 from .diagnose import Finding
 

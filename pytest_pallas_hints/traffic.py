@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
+from .frozen import np
 
 from . import walk
 from .structure import FREE

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
+from .frozen import np
 
 from . import jaxcompat
 

@@ -77,7 +77,7 @@ def matmul(a, b, *, bm=128, bk=128, bn=128):
     if a.dtype != b.dtype:
         raise TypeError(f"matmul: a is {a.dtype} but b is {b.dtype}; cast one of them")
     for name, block in (("bm", bm), ("bk", bk), ("bn", bn)):
-        if not hasattr(block, "__index__") or block < 1:
+        if not isinstance(block, (int, jnp.integer)) or block < 1:
             raise ValueError(f"matmul: {name}={block!r} must be a positive int")
     bm, bk, bn = int(bm), int(bk), int(bn)
     (M, K), (_, N) = a.shape, b.shape

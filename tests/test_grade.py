@@ -229,27 +229,65 @@ def test_a_stale_result_and_an_early_exit_score_zero_with_the_rule_named(student
     assert "`import os` is not allowed" in message
 
 
-@root_only
-@pytest.mark.parametrize("code, words", [
-    ("import pytest\n\ndef pytest_runtest_makereport(item, call):\n    pass\n",
+# One file per attack: the first six are the classes of issue 19, the rest earlier ones.
+ATTACKS = [
+    ("value-held module", "import numpy as np\nsys = [np][0].lib.utils.sys\n",
+     "`np` is a module: use it only as the start of a name"),
+    ("submodule walk to sys", "import numpy as np\nsys = np.lib.utils.sys\n",
+     "`np.lib` (numpy.lib) is not allowed"),
+    ("assignment to an allowed module", "import numpy as np\nnp.allclose = lambda *a: True\n",
+     "assigning to or deleting an attribute is not allowed"),
+    ("escape attribute", "def g():\n    yield\nframe = g().gi_frame.f_back\n",
+     "frame and code introspection is not allowed"),
+    ("forbidden builtin", "checks = vars()\n", "`vars` is not allowed"),
+    ("class or decorator", "import functools\n@functools.lru_cache\ndef f(x):\n    return x\n",
+     "`@functools.lru_cache` is not a decorator"),
+    ("pytest hook", "import pytest\n",
      "`import pytest` is not allowed"),
-    ("from pytest_pallas_hints import grading\n",
-     "`import pytest_pallas_hints.grading` is not allowed"),
-    ("import subprocess\nsubprocess.Popen(['sleep', '60'])\n", "`import subprocess`"),
-    ("import jax\nw = jax.version.os\n", "reaches the module jax.version"),
-    ("import numpy as np\nb = np.ma.core.builtins\n", "reaches the module numpy.ma"),
-    ("x = getattr(print, 'x')\n", "`getattr` is not allowed"),
-    ("f = (lambda: 0).__globals__\n", "attributes starting with _ are private"),
-    ("def g():\n    yield\nframe = g().gi_frame\n", "introspection is not allowed"),
-    ("from jax.experimental.pallas.ops.tpu import matmul\n", "JAX's own library of kernels"),
-], ids=["pytest hook", "patch the plugin", "background writer", "jax.version.os",
-        "numpy.ma.core.builtins", "getattr", "dunder", "frame", "JAX's kernels"])
-def test_code_that_would_reach_the_judge_is_refused_before_it_runs(student, runner, code,
-                                                                  words):
-    attack(student, {"exercises/basics.py": code})
-    result, _ = runner.grade(student, "basics")
+    ("patch the plugin", "from pytest_pallas_hints import grading\n",
+     "`from pytest_pallas_hints import` is not allowed"),
+    ("background writer", "import subprocess\n",
+     "`import subprocess`"),
+    ("jax.version.os", "import jax\nw = jax.version.os\n", "`jax.version` is not allowed"),
+    ("getattr", "x = getattr(print, 'x')\n", "`getattr` is not allowed"),
+    ("dunder", "f = (lambda: 0).__globals__\n", "attributes starting with _ are private"),
+    ("JAX's kernels", "from jax.experimental.pallas.ops.tpu import matmul\n",
+     "JAX's own library of kernels"),
+]
+
+
+@root_only
+@pytest.mark.parametrize("first", range(0, len(ATTACKS), len(KIT)),
+                         ids=lambda i: ", ".join(a[0] for a in ATTACKS[i:i + len(KIT)]))
+def test_code_that_would_reach_the_judge_is_refused_before_it_runs(student, runner, first):
+    """Each chapter's file holds one attack: each chapter scores 0, its message naming
+    the line and the rule it broke."""
+    attacks = dict(zip(KIT, ATTACKS[first:first + len(KIT)]))
+    attack(student, {f"exercises/{chapter}.py": code for chapter, (_, code, _) in attacks.items()})
+    result, _ = runner.grade(student, *attacks)
     assert runner.points(result) == 0
-    assert words in flat(by_id(result)["basics.tiled"]["message"])
+    tests = by_id(result)
+    for chapter, (name, code, words) in attacks.items():
+        message = flat(tests[KIT[chapter].puzzles[-1].id]["message"])
+        line = next((n for n, text in enumerate(code.splitlines(), 1)
+                     if not text.startswith(("import", "def", " "))), 1)
+        assert f"exercises/{chapter}.py:{line} breaks the rule" in message, (name, message)
+        assert words in message, (name, message)
+
+
+@root_only
+def test_one_chapters_file_never_changes_anothers_grade(student, runner):
+    """Each chapter is graded in a process of its own: a basics file that would make every
+    comparison pass (were it run) scores 0, and changes nothing for a wrong matmul."""
+    attack(student, {"exercises/basics.py": "import numpy as np\nnp.abs = lambda x: 0 * x\n",
+                     "exercises/matmul.py": (ROOT / "reference" / "matmul.py").read_text()
+                     + (ROOT / "tests" / "mistakes" / "matmul" / "k_accumulate_no_reset.py")
+                     .read_text()})
+    result, shown = runner.grade(student, "basics", "matmul")
+    tests = by_id(result)
+    assert sum(tests[p.id]["score"] for p in KIT["basics"].puzzles) == 0
+    assert tests["matmul.k_accumulate"]["score"] == 0
+    assert tests["matmul.one_block"]["score"] == KIT["matmul"].puzzles[0].points
 
 
 # ------------------------------------------------------------- confinement ---
@@ -330,12 +368,13 @@ def test_a_result_is_trusted_only_as_far_as_the_template_allows(tmp_path):
         {"name": "basics.bonus · free", "status": "pass", "score": 500}]}
     path = tmp_path / "result"
     path.write_text(base64.b64encode(json.dumps(forged).encode()).decode())
-    checked = grade.checked_result(path, started=0, chapters=chapters, ran=["basics"], notes=[])
+    checked = grade.checked_result({"basics": path}, started=0, chapters=chapters,
+                                   ran=["basics"], notes=[])
     assert checked["max_score"] == 20
     assert [(t["name"], t["score"]) for t in checked["tests"]] == [
         ("basics.add_one · A", 10), ("basics.tiled · B", 0)]
-    stale = grade.checked_result(path, started=path.stat().st_mtime + 60, chapters=chapters,
-                                 ran=["basics"], notes=[])
+    stale = grade.checked_result({"basics": path}, started=path.stat().st_mtime + 60,
+                                 chapters=chapters, ran=["basics"], notes=[])
     assert stale["status"] == "error" and sum(t["score"] for t in stale["tests"]) == 0
 
 
