@@ -135,6 +135,48 @@ class Measured:
             except walk.Uncountable as why:
                 fail("uncountable", f"the kit cannot count the bytes your kernels move: {why}.")
 
+    @functools.cached_property
+    def vmem(self) -> list:
+        """The VMEM each kernel of the program allocates (``footprint.Footprint``)."""
+        from . import footprint
+
+        with kit_step("VMEM accounting"):
+            return [footprint.vmem(site.call) for site in self.program.sites]
+
+    def blocks_from(self, array) -> list:
+        """The BlockSpec'd operands (``jaxcompat.Block``) of every kernel whose value
+        comes from ``array``, one of the arguments ``fn`` was measured with (found by
+        identity, whatever its position); ``None``: those that come from no argument
+        (tables and constants the function built)."""
+        return [site.call.blocks[n - site.call.num_prefetch]
+                for site, n in self._operands_from(array)
+                if n >= site.call.num_prefetch]
+
+    def bytes_from(self, array, direction: str = "read") -> int:
+        """The bytes the kernels moved between HBM and VMEM for the operands whose value
+        comes from ``array``: BlockSpec copies and the kernels' own DMAs ("read": into
+        VMEM; "written": out of it)."""
+        mine = {(site.index, n) for site, n in self._operands_from(array)}
+        moved = sum(op.bytes for op in self.traffic.operands
+                    if (op.site, op.operand) in mine and op.direction == direction)
+        for run, counts in zip(self.executed, self.steps):
+            for source, target, nbytes in counts.dma_operands:
+                end = source if direction == "read" else target
+                if (run.site.index, end) in mine:
+                    moved += nbytes
+        return moved
+
+    def _operands_from(self, array) -> list:
+        import jax
+
+        leaves = jax.tree_util.tree_leaves(self.args)
+        positions = {n for n, leaf in enumerate(leaves) if leaf is array}
+        if array is not None and not positions:
+            raise KitError("finding an operand", ValueError(
+                "the array is not one of the arguments the function was measured with"))
+        return [(site, n) for site in self.program.sites for n, inputs in enumerate(site.inputs)
+                if (inputs & positions if array is not None else not inputs)]
+
     def _countable(self):
         repeated = [s for s in self.program.sites if s.repeated]
         if repeated:
@@ -422,6 +464,40 @@ def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | No
     raise Diagnosed("work_low", (
         "your kernels compute less than the result needs: some blocks are skipped that "
         "hold visible values, or a dot is missing."), facts)
+
+
+def check_vmem(measured: Measured, *, most: int, why: str) -> None:
+    """Passes if every kernel takes at most ``most`` bytes of VMEM, counted from every
+    allocation (``footprint.vmem``: BlockSpec'd operands double-buffered, scratch, and
+    ``pl.run_scoped`` buffers); ``why`` says what the puzzle's schedule needs."""
+    from .footprint import _size
+
+    for found in measured.vmem:
+        if found.total > most:
+            raise Diagnosed("vmem", (
+                f"your kernel {found.kernel}() takes {_size(found.total)} of VMEM, where the "
+                f"puzzle's schedule needs {_size(most)}: {why} Every buffer counts: "
+                "scratch_shapes, pl.run_scoped buffers, and two buffers per BlockSpec'd "
+                "operand."), [("vmem", f"yours {found.total:,} B · the puzzle's {most:,} B"),
+                              ("largest", found.largest())])
+
+
+def check_overlap(measured: Measured, *, work: str, at_least: int, why: str) -> None:
+    """Passes if the kernels ran ``work`` (a primitive: "reduce_sum", "dot_general") at
+    least ``at_least`` times while one of their DMAs was in flight: overlap is compute
+    done while data moves, not copies started together."""
+    from .structure import WORDS
+
+    overlapped = sum(counts.overlapped.get(work, 0) for counts in measured.steps)
+    executed = sum(counts.executed.get(work, 0) for counts in measured.steps)
+    if overlapped < at_least:
+        what = WORDS.get(work, work)
+        raise Diagnosed("not_overlapped", (
+            f"your kernel computes while no copy is in flight: {what} ran {overlapped} of "
+            f"{executed} times with a DMA under way, where the puzzle's schedule overlaps "
+            f"{at_least}. {why}"),
+            [("overlap", f"{work} during a copy: yours {overlapped} of {executed} · the "
+                         f"puzzle's schedule {at_least}")])
 
 
 class TooMuchTraffic(AssertionError):

@@ -31,6 +31,8 @@ class Site:
     call: jaxcompat.KernelCall
     repeated: bool        # inside a loop or branch of the program: runs 0 or many times
     foreign: str = ""     # a JAX library file the kernel's code comes from, if any
+    inputs: tuple = ()    # per operand (prefetch ones first): the positions, among the
+    #                       program's flat inputs, of the inputs its value comes from
 
 
 @dataclasses.dataclass
@@ -84,6 +86,7 @@ def read(closed, out_tree) -> Program:
     sites: list[Site] = []
     by_eqn: dict[int, int] = {}
     callbacks: list[str] = []
+    operand_nodes: list = []
 
     def walk(jaxpr, inputs: list, repeated: bool) -> list:
         env = dict(zip(jaxpr.invars, inputs))
@@ -101,6 +104,8 @@ def read(closed, out_tree) -> Program:
             if jaxcompat.is_kernel(eqn):
                 site = Site(len(sites), jaxcompat.kernel_call(eqn), repeated,
                             _foreign(eqn.params["jaxpr"]))
+                bounds = len(site.call.dynamic_grid)   # dynamic grid sizes come first
+                operand_nodes.append((site, [node(v) for v in eqn.invars[bounds:]]))
                 sites.append(site)
                 by_eqn[id(eqn)] = site.index
                 kernel = graph.add("kernel", ins, site=site)
@@ -125,6 +130,11 @@ def read(closed, out_tree) -> Program:
 
     inputs = [graph.add("input", []) for _ in closed.jaxpr.invars]
     outputs = walk(closed.jaxpr, inputs, False)
+    position = {node: n for n, node in enumerate(inputs)}
+    for site, nodes in operand_nodes:   # which inputs each operand's value comes from
+        site.inputs = tuple(frozenset(position[a] for a in graph.ancestors([n])
+                                      if a in position) if n is not None else frozenset()
+                            for n in nodes)
     live = graph.ancestors([o for o in outputs if o is not None])
     data = graph.depends_on_inputs()
     ops = [Op(info["name"], info["nbytes"], info["integer"], not data[n])

@@ -22,7 +22,11 @@ first, that say how the program falls short:
   no_prefetch      no scalar prefetch where the lesson is scalar prefetch;
   parallel_reduction  a grid axis marked "parallel" along which an output block
                    stays put (on a TPU with two cores each would own half the
-                   sum): always checked, it is wrong in every puzzle.
+                   sum): always checked, it is wrong in every puzzle;
+  precision        state carried from step to step (an accumulator, a running
+                   max or sum: a buffer read, updated by arithmetic and written
+                   back, or a loop carry) kept in a float narrower than 32 bits:
+                   always checked, from the traced dtypes.
 
 Nothing here runs JAX: it reads a ``program.Program``.
 """
@@ -33,7 +37,7 @@ from pathlib import Path
 
 from .frozen import np
 
-from .diagnose import Finding
+from .diagnose import Finding, _source_line
 
 # Ops that never do work: they relabel the same bytes.
 FREE = frozenset({"reshape", "squeeze", "expand_dims", "bitcast_convert_type", "copy",
@@ -102,7 +106,7 @@ def check(program, structure: Structure, sources: set[Path] | None = None) -> li
     """
     for rule in (_callbacks, _some_kernel, _own_kernels, _decoys, _orphans, _outside,
                  _inside, _count, _whole_array, _blocks, _grid, _prefetch,
-                 _parallel_reduction):
+                 _parallel_reduction, _precision):
         findings = rule(program, structure, sources)
         if findings:
             return findings
@@ -291,6 +295,172 @@ def _parallel_reduction(program, structure, sources):
                         facts=[("semantics", f"{call.name}(): {call.semantics}, grid "
                                              f"{call.grid}")])]
     return []
+
+
+def _precision(program, structure, sources):
+    from .program import _user_line
+
+    for site in program.sites:
+        for what, dtype, eqn in carried_state(site.call):
+            name = np.dtype(dtype).name
+            if name.startswith(("float", "bfloat")) and np.dtype(dtype).itemsize < 4:
+                where = _user_line(eqn, sources) if eqn is not None else None
+                facts = [("state", f"{what}: {np.dtype(dtype).name}")]
+                if where:
+                    facts.append(("stored", f"{Path(where[0]).parent.name}/"
+                                            f"{Path(where[0]).name}:{where[1]}   "
+                                            f"{_source_line(where).strip()}"))
+                return [Finding("precision", (
+                    f"{what} is {np.dtype(dtype).name} and carried from one step to the "
+                    "next (read, updated and written back): an accumulator or a softmax "
+                    f"statistic kept in {np.dtype(dtype).name} loses its low bits at every "
+                    "update, and the error grows with the number of steps. Keep it in "
+                    "float32 (a jnp.float32 scratch, preferred_element_type=jnp.float32 "
+                    "for dots) and cast once, when the result is stored."), facts=facts)]
+    return []
+
+
+# What a value passes through unchanged (no rounding of its own): a buffer stored back
+# through these only (a masked store, a cast) is not an accumulator.
+_UNCHANGED = frozenset({"select_n", "convert_element_type", "reshape", "broadcast_in_dim",
+                        "squeeze", "expand_dims", "slice", "dynamic_slice", "concatenate",
+                        "transpose", "copy", "copy_p", "pvary", "rev", "pad",
+                        "dynamic_update_slice", "bitcast_convert_type"})
+
+
+def carried_state(call) -> list[tuple[str, object, object]]:
+    """What a kernel carries from step to step through arithmetic: (what, its dtype, the
+    equation that writes it back) for every ref the kernel reads, updates by arithmetic
+    and stores again, and every loop carry updated from itself."""
+    kernel = call.kernel
+    names = list(getattr(getattr(kernel, "debug_info", None), "arg_names", None) or ())
+    roots = {var: ("ref", n) for n, var in enumerate(kernel.invars)}
+    found: dict = {}
+    _flow(kernel, roots, {}, found)
+    state = []
+    for root, (eqn, dtype) in found.items():
+        if root[0] == "ref":
+            n = root[1]
+            state.append((f"{names[n]}" if n < len(names) and names[n] else f"operand {n}",
+                          dtype, eqn))
+        elif root[0] == "scoped":
+            state.append(("a pl.run_scoped buffer", dtype, eqn))
+        else:
+            state.append(("a loop carry (lax.fori_loop)", dtype, eqn))
+    return state
+
+
+def _flow(jaxpr, refs: dict, taint: dict, found: dict, consts=()) -> list[dict]:
+    """Follows which buffers each value of ``jaxpr`` was read from (1: copied, 2: through
+    arithmetic); records in ``found`` a buffer stored back from itself through arithmetic.
+    ``refs``: ref var -> its buffer; ``taint``: value var -> {buffer: 1 or 2}."""
+    from . import jaxcompat
+
+    def of(v):
+        return {} if jaxcompat.is_literal(v) else taint.get(v, {})
+
+    def merge(parts, bump=False):
+        out: dict = {}
+        for part in parts:
+            for root, level in part.items():
+                out[root] = max(out.get(root, 0), 2 if bump else level)
+        return out
+
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        ins = list(eqn.invars)
+        outs = [{} for _ in eqn.outvars]
+        if name == "get" and ins[0] in refs:
+            outs = [{refs[ins[0]]: 1}]
+        elif name in ("swap", "addupdate") and ins[0] in refs:
+            root = refs[ins[0]]
+            if name == "addupdate" or of(ins[1]).get(root) == 2:
+                found.setdefault(root, (eqn, _dtype(ins[0])))
+            outs = [{root: 1} for _ in eqn.outvars]
+        elif name == "cond":
+            branches = eqn.params["branches"]
+            results = []
+            for branch in branches:
+                inner, _ = jaxcompat.open_jaxpr(branch)
+                results.append(_flow(inner, _bind_refs(inner.invars, ins[1:], refs),
+                                     _bind_taint(inner.invars, ins[1:], of), found))
+            outs = [merge(r[k] for r in results) for k in range(len(eqn.outvars))]
+        elif name == "run_scoped":
+            inner, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
+            scoped = {var: ("scoped", id(var)) for var in inner.invars}
+            inner_refs = {**_bind_refs(inner.constvars, ins, refs), **scoped}
+            _flow(inner, inner_refs, _bind_taint(inner.constvars, ins, of), found)
+        elif name in ("while", "scan"):
+            outs = _loop(eqn, refs, of, found)
+        elif jaxcompat.inlined(eqn) is not None:
+            inner, _ = jaxcompat.inlined(eqn)
+            outs = _flow(inner, _bind_refs(inner.invars, ins, refs),
+                         _bind_taint(inner.invars, ins, of), found)
+        elif name not in ("dma_start", "dma_wait"):
+            merged = merge((of(v) for v in ins), bump=name not in _UNCHANGED)
+            outs = [merged for _ in eqn.outvars]
+        for var, value in zip(eqn.outvars, outs):
+            taint[var] = value
+    return [{} if jaxcompat.is_literal(v) else taint.get(v, {}) for v in jaxpr.outvars]
+
+
+def _loop(eqn, refs, of, found) -> list[dict]:
+    """A while or scan: refs pass in as constants; each carry is followed around the body
+    twice (what flows in once flows in for good), and a floating carry updated from
+    itself through arithmetic is recorded."""
+    from . import jaxcompat
+
+    ins = list(eqn.invars)
+    if eqn.primitive.name == "scan":
+        num_consts, num_carry = jaxcompat.scan_layout(eqn)
+        body, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
+        consts, carry, rest = ins[:num_consts], ins[num_consts:num_consts + num_carry], \
+            ins[num_consts + num_carry:]
+    else:
+        nc, nb = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+        body, _ = jaxcompat.open_jaxpr(eqn.params["body_jaxpr"])
+        consts, carry, rest = ins[nc:nc + nb], ins[nc + nb:], []
+    marks = [("carry", id(eqn), k) for k in range(len(carry))]
+    carried = [{**of(v), mark: 1} for v, mark in zip(carry, marks)]
+    outs: list[dict] = []
+    for _ in range(2):
+        operands = [*consts, *carry, *rest]
+        taints = [of(v) for v in consts] + carried + [of(v) for v in rest]
+        inner_taint = {var: t for var, t in zip(body.invars, taints)}
+        outs = _flow(body, _bind_refs(body.invars, operands, refs), inner_taint, found)
+        carried = [{**c, **o} for c, o in zip(carried, outs[:len(carry)])]
+    for k, (mark, out) in enumerate(zip(marks, outs[:len(carry)])):
+        if out.get(mark) == 2:
+            found.setdefault(mark, (_carry_store(body, k, len(consts)), _dtype(carry[k])))
+    return [{r: lvl for r, lvl in o.items() if r[0] != "carry"} for o in outs] + \
+        [{} for _ in range(len(eqn.outvars) - len(outs))]
+
+
+def _carry_store(body, k: int, num_consts: int):
+    """The equation of a loop body that computes carry ``k`` (for the learner's line)."""
+    out = body.outvars[k] if k < len(body.outvars) else None
+    return next((e for e in body.eqns if out in e.outvars), None)
+
+
+def _bind_refs(inner_vars, outer_vars, refs) -> dict:
+    return {inner: refs[outer] for inner, outer in zip(inner_vars, outer_vars)
+            if not _literal(outer) and outer in refs}
+
+
+def _bind_taint(inner_vars, outer_vars, of) -> dict:
+    return {inner: of(outer) for inner, outer in zip(inner_vars, outer_vars)}
+
+
+def _literal(v) -> bool:
+    from . import jaxcompat
+
+    return jaxcompat.is_literal(v)
+
+
+def _dtype(var):
+    aval = getattr(var, "aval", None)
+    return getattr(aval, "dtype", None) or getattr(getattr(aval, "inner_aval", None),
+                                                   "dtype", None)
 
 
 # ----------------------------------------------------------------- pieces ---

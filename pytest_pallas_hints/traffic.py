@@ -40,6 +40,8 @@ class Operand:
     bytes: int
     array_bytes: int   # the size of the whole array, for "read 4 times"
     copies: int
+    site: int = -1     # which pallas_call of the program, and which of its operands
+    operand: int = -1  # (prefetch operands first); -1 for DMAs summed by direction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +73,7 @@ def count(program, executed: list, steps: list, output=None) -> Traffic:
     ``walk.kernel_steps`` of each executed kernel."""
     operands: list[Operand] = []
     for run, counted in zip(executed, steps):
-        operands += _pipelined(run.site.call, run.prefetch)
+        operands += _pipelined(run.site.call, run.prefetch, run.site.index)
         operands += _dmas(run.site.call, counted)
     moved: dict[str, int] = {}
     for op in program.ops:
@@ -92,11 +94,11 @@ def moved_bytes(fn, *args, **static) -> Traffic:
     return measure(fn, *args, structure=None, **static).traffic
 
 
-def _pipelined(call, prefetch: list) -> list[Operand]:
+def _pipelined(call, prefetch: list, site: int = -1) -> list[Operand]:
     """The BlockSpec traffic of one kernel run, from its grid and index maps."""
     steps = walk.grid_steps(call.grid)
     operands = []
-    for block in call.blocks:
+    for position, block in enumerate(call.blocks, call.num_prefetch):
         if block.space in ("any", "semaphore", "semaphore_mem"):
             continue
         starts, sizes = _windows(block, steps, prefetch)
@@ -112,7 +114,8 @@ def _pipelined(call, prefetch: list) -> list[Operand]:
         operands.append(Operand(
             kernel=call.name, name=block.name, direction="read" if block.is_input else "written",
             bytes=int(in_bounds[moved].sum()) * itemsize,
-            array_bytes=int(shape.prod()) * itemsize, copies=int(moved.sum())))
+            array_bytes=int(shape.prod()) * itemsize, copies=int(moved.sum()),
+            site=site, operand=position))
     return operands
 
 

@@ -11,8 +11,10 @@ every value either a NumPy array or ``UNKNOWN``:
   (vectorised: each grid index is a column of all the steps at once);
 * ``kernel_steps``: per grid step, the flops of every ``dot_general`` the
   kernel executes (a dot under a ``pl.when`` that is false counts zero, a dot
-  in a ``fori_loop`` counts once per iteration) and the bytes of every DMA it
-  starts (``make_async_copy``);
+  in a ``fori_loop`` counts once per iteration), the bytes of every DMA it
+  starts (``make_async_copy``) and which operand each copies from or into, and
+  how often each operation ran while a copy was in flight (overlap is compute
+  done while data moves, not copies started together);
 * the DMA ledger of a kernel run (``Ledger``): every copy started and every
   wait, per semaphore, in the order the kernel runs them (grid steps in order,
   scratch kept from one step to the next). A wait on a semaphore with no copy in
@@ -53,6 +55,12 @@ class Counts:
     dma_problems: list = dataclasses.field(default_factory=list)   # DmaProblem, in order
     dmas_followed: bool = True    # False: a copy the ledger could not follow (remote, or
     #                               a semaphore index it cannot know), so no problem is told
+    dma_operands: list = dataclasses.field(default_factory=list)   # (source operand,
+    #                               destination operand, bytes) per DMA: kernel operand
+    #                               positions (None: a scratch or a run_scoped buffer)
+    executed: dict = dataclasses.field(default_factory=dict)      # primitive -> times run
+    overlapped: dict = dataclasses.field(default_factory=dict)    # primitive -> times run
+    #                               while at least one DMA was in flight
 
 
 @dataclasses.dataclass
@@ -177,18 +185,27 @@ def _overlap(a, b) -> bool:
 
 class _Ref:
     """A ref during the walk: its value where known (scalar-prefetch operands, or a
-    small integer scratch the kernel filled with known values), and its aval."""
+    small integer scratch the kernel filled with known values), its aval, and which
+    operand of the kernel it is (None: scratch, or a run_scoped buffer)."""
 
-    def __init__(self, value=UNKNOWN, aval=None):
-        self.value, self.aval = value, aval
+    def __init__(self, value=UNKNOWN, aval=None, operand=None):
+        self.value, self.aval, self.operand = value, aval, operand
 
 
 _TRACKED = 4096   # an integer scratch of at most this many elements is followed once written
 
 
-def _fresh(var) -> _Ref:
+def _fresh(var, operand=None) -> _Ref:
     """The ref a kernel operand or a run_scoped allocation starts as: value unknown."""
-    return _Ref(aval=getattr(var, "aval", None))
+    return _Ref(aval=getattr(var, "aval", None), operand=operand)
+
+
+# Bookkeeping, not work: what overlap does not count.
+_NOT_WORK = frozenset({"get", "swap", "addupdate", "dma_start", "dma_wait", "program_id",
+                       "num_programs", "cond", "while", "scan", "run_scoped", "pjit",
+                       "closed_call", "jit", "semaphore_signal", "semaphore_wait",
+                       "semaphore_read", "iota", "broadcast_in_dim", "reshape", "squeeze",
+                       "expand_dims", "convert_element_type", "multiple_of"})
 
 
 def _trunc_div(a, b):
@@ -273,6 +290,11 @@ class Walk:
     def equation(self, eqn, values) -> list:
         name = eqn.primitive.name
         unknown = [UNKNOWN] * len(eqn.outvars)
+        if name not in _NOT_WORK and jaxcompat.inlined(eqn) is None:
+            executed, overlapped = self.counts.executed, self.counts.overlapped
+            executed[name] = executed.get(name, 0) + 1
+            if self.ledger.in_flight:
+                overlapped[name] = overlapped.get(name, 0) + 1
         if name == "program_id":
             return [np.int32(self.point[eqn.params["axis"]])]
         if name == "num_programs":
@@ -284,8 +306,11 @@ class Walk:
             return unknown
         if name == "dma_start":
             copy = jaxcompat.dma_copy(eqn)
+            refs = jaxcompat.dma_refs(eqn, values, UNKNOWN)
             self.counts.dmas.append(copy)
-            self.ledger.start(jaxcompat.dma_refs(eqn, values, UNKNOWN), eqn, into=copy[1])
+            self.counts.dma_operands.append((getattr(refs.src, "operand", None),
+                                             getattr(refs.dst, "operand", None), copy[2]))
+            self.ledger.start(refs, eqn, into=copy[1])
             return unknown
         if name == "dma_wait":
             self.ledger.wait(jaxcompat.dma_refs(eqn, values, UNKNOWN), eqn,
@@ -352,14 +377,21 @@ class Walk:
         if any(_moves_data(jaxcompat.open_jaxpr(b)[0]) for b in branches):
             raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
                               "kernel loaded, with a DMA start or wait inside")
-        counted, written = [], []
+        counted, written, ran = [], [], {}
         for branch in branches:
             walk = Walk(self.grid, self.point)
             jaxpr, consts = jaxcompat.open_jaxpr(branch)
-            copies = [_Ref(v.value, v.aval) if isinstance(v, _Ref) else v for v in operands]
+            copies = [_Ref(v.value, v.aval, v.operand) if isinstance(v, _Ref) else v
+                      for v in operands]
             walk.run(jaxpr, consts, copies)
             counted.append((walk.counts.flops, sorted(walk.counts.dmas)))
             written.append(copies)
+            for name, times in walk.counts.executed.items():   # the busier branch
+                ran[name] = max(ran.get(name, 0), times)
+        for name, times in ran.items():
+            self.counts.executed[name] = self.counts.executed.get(name, 0) + times
+            if self.ledger.in_flight:
+                self.counts.overlapped[name] = self.counts.overlapped.get(name, 0) + times
         if any(c != counted[0] for c in counted):
             raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
                               "kernel loaded, with dots or DMAs inside")
@@ -487,8 +519,9 @@ def kernel_steps(call, prefetch: list) -> Counts:
     seen as such."""
     counts, ledger = Counts(), Ledger()
     jaxpr = call.kernel
-    args = [_Ref(np.array(v)) for v in prefetch]
-    args += [_fresh(var) for var in jaxpr.invars[len(prefetch):]]
+    args = [_Ref(np.array(v), operand=n) for n, v in enumerate(prefetch)]
+    args += [_fresh(var, n if n < len(prefetch) + len(call.blocks) else None)
+             for n, var in enumerate(jaxpr.invars[len(prefetch):], len(prefetch))]
     for point in grid_steps(call.grid):
         walk = Walk(call.grid, tuple(int(p) for p in point), counts, ledger)
         walk.run(jaxpr, [], args)

@@ -1,0 +1,178 @@
+"""The checks that measure a lesson itself, on small kernels of their own: overlap is
+compute done while a copy is in flight, VMEM is every allocation, precision is the
+dtype of what a kernel carries from step to step, an operand is found by which input
+it is."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from pytest_pallas_hints import checking, structure
+from pytest_pallas_hints.checking import Diagnosed, check_overlap, check_vmem, measure
+
+CHUNK, CHUNKS, D = 8, 4, 128
+
+
+def chunk_copy(x_hbm, buffers, sems, i, slot):
+    return pltpu.make_async_copy(x_hbm.at[pl.ds(i * CHUNK, CHUNK)], buffers.at[slot],
+                                 sems.at[slot])
+
+
+def double_buffered(x_hbm, o_ref, buffers, sems):
+    chunk_copy(x_hbm, buffers, sems, 0, 0).start()
+
+    def step(i, total):
+        @pl.when(i + 1 < CHUNKS)
+        def _():
+            chunk_copy(x_hbm, buffers, sems, i + 1, (i + 1) % 2).start()
+        chunk_copy(x_hbm, buffers, sems, i, i % 2).wait()
+        return total + jnp.sum(buffers[i % 2], axis=0, keepdims=True)
+
+    o_ref[...] = jax.lax.fori_loop(0, CHUNKS, step, jnp.zeros((1, D), jnp.float32))
+
+
+def all_then_compute(x_hbm, o_ref, buffers, sems):
+    """Every copy started, every copy waited, then the sums: nothing overlaps."""
+    for i in range(CHUNKS):
+        chunk_copy(x_hbm, buffers, sems, i, i).start()
+    for i in range(CHUNKS):
+        chunk_copy(x_hbm, buffers, sems, i, i).wait()
+    total = jnp.zeros((1, D), jnp.float32)
+    for i in range(CHUNKS):
+        total = total + jnp.sum(buffers[i], axis=0, keepdims=True)
+    o_ref[...] = total
+
+
+def all_in_a_scoped_buffer(x_hbm, o_ref):
+    def body(buffers, sems):
+        all_then_compute(x_hbm, o_ref, buffers, sems)
+    pl.run_scoped(body, pltpu.VMEM((CHUNKS, CHUNK, D), jnp.float32),
+                  pltpu.SemaphoreType.DMA((CHUNKS,)))
+
+
+def column_sum(kernel, slots):
+    def call(x):
+        scratch = [pltpu.VMEM((slots, CHUNK, D), jnp.float32),
+                   pltpu.SemaphoreType.DMA((slots,))] if slots else []
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((1, D), jnp.float32),
+                              in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                              scratch_shapes=scratch)(x)
+    return call
+
+
+X = np.arange(CHUNKS * CHUNK * D, dtype=np.float32).reshape(CHUNKS * CHUNK, D) / 1000
+
+
+@pytest.mark.parametrize("kernel, slots, overlaps", [
+    (double_buffered, 2, True), (all_then_compute, CHUNKS, False),
+    (all_in_a_scoped_buffer, 0, False)])
+def test_overlap_is_compute_while_a_copy_is_in_flight(kernel, slots, overlaps):
+    ran = measure(column_sum(kernel, slots), X, structure=None)
+    np.testing.assert_allclose(ran.output, X.sum(axis=0, keepdims=True), rtol=1e-5)
+    assert max(c.most_in_flight for c in ran.steps) >= 2   # copies together, every time
+    if overlaps:
+        check_overlap(ran, work="reduce_sum", at_least=CHUNKS - 1, why="")
+    else:
+        with pytest.raises(Diagnosed) as failed:
+            check_overlap(ran, work="reduce_sum", at_least=CHUNKS - 1, why="Start it early.")
+        assert failed.value.kind == "not_overlapped"
+        assert "0 of 4 times" in failed.value.says and "Start it early." in failed.value.says
+
+
+def test_vmem_counts_scratch_run_scoped_buffers_and_double_buffered_blocks():
+    budget = 2 * CHUNK * D * 4 + 2 * D * 4   # two slots, and the (1, D) output twice
+    check_vmem(measure(column_sum(double_buffered, 2), X, structure=None), most=budget, why="")
+    for kernel, slots, what in ((all_then_compute, CHUNKS, "buffers"),
+                                (all_in_a_scoped_buffer, 0, "pl.run_scoped buffers")):
+        ran = measure(column_sum(kernel, slots), X, structure=None)
+        assert ran.vmem[0].total == X.nbytes + 2 * D * 4
+        with pytest.raises(Diagnosed) as failed:
+            check_vmem(ran, most=budget, why="two slots of one chunk.")
+        assert failed.value.kind == "vmem" and what in str(failed.value.facts)
+
+
+# ---------------------------------------------------------------- precision ---
+
+def accumulate(acc_dtype, *, carry=False, masked_store=False):
+    """A sum over a K grid axis into an accumulator of `acc_dtype` (a scratch, or a
+    fori_loop carry); or a bf16 output updated by a masked store only."""
+    def kernel(x_ref, o_ref, acc_ref):
+        k = pl.program_id(0)
+        if masked_store:
+            rows = jax.lax.broadcasted_iota(jnp.int32, o_ref.shape, 0) < 4
+            o_ref[...] = jnp.where(rows, x_ref[...].astype(o_ref.dtype), o_ref[...])
+            return
+        if carry:
+            total = jax.lax.fori_loop(0, 4, lambda i, t: t + x_ref[...].astype(acc_dtype),
+                                      jnp.zeros(o_ref.shape, acc_dtype))
+            o_ref[...] = total.astype(o_ref.dtype)
+            return
+
+        @pl.when(k == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+        acc_ref[...] += x_ref[...].astype(acc_dtype)
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+    def call(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.bfloat16),
+                              grid=(2,), in_specs=[pl.BlockSpec((8, 128), lambda k: (0, k))],
+                              out_specs=pl.BlockSpec((8, 128), lambda k: (0, 0)),
+                              scratch_shapes=[pltpu.VMEM((8, 128), acc_dtype)])(x)
+    return call
+
+
+@pytest.mark.parametrize("acc_dtype, options, flagged", [
+    (jnp.float32, {}, None), (jnp.bfloat16, {}, "acc_ref"),
+    (jnp.float32, {"carry": True}, None),
+    (jnp.bfloat16, {"carry": True}, "a loop carry"),
+    (jnp.float32, {"masked_store": True}, None)])
+def test_precision_is_the_dtype_of_what_a_kernel_carries(acc_dtype, options, flagged):
+    x = jnp.ones((8, 256), jnp.bfloat16)
+    program = checking._trace(accumulate(acc_dtype, **options), (x,), {})
+    findings = structure.check(program, structure.Structure())
+    if flagged is None:
+        assert not findings
+    else:
+        assert findings[0].kind == "precision" and flagged in findings[0].says
+        assert "bfloat16" in findings[0].says
+
+
+# ------------------------------------------------------ operands by identity ---
+
+def attention_like(order):
+    """q, k and v as operands in any order, and an extra operand of zeros in front."""
+    def kernel(*refs):
+        *ins, o_ref = refs
+        named = dict(zip(order, ins[1:]))
+        o_ref[...] = named["q"][...] + named["k"][...] + 2 * named["v"][...] + ins[0][...]
+
+    def call(q, k, v):
+        arrays = {"q": q, "k": k, "v": v}
+        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+                              grid=(q.shape[0] // 8,), in_specs=[spec] * 4, out_specs=spec)(
+            jnp.zeros_like(q), *(arrays[name] for name in order))
+    return call
+
+
+@pytest.mark.parametrize("order", [("q", "k", "v"), ("v", "q", "k")])
+def test_an_operand_is_found_by_which_input_it_is(order):
+    q, k, v = (np.full((16, 128), n, np.float32) for n in (1, 2, 3))
+    ran = measure(attention_like(order), q, k, v, structure=None)
+    for array, name in ((q, "q"), (k, "k"), (v, "v")):
+        (block,) = ran.blocks_from(array)
+        assert ran.program.sites[0].call.blocks.index(block) == 1 + order.index(name)
+        assert ran.bytes_from(array) == array.nbytes
+    (zeros,) = ran.blocks_from(None)   # built inside the function: from no argument
+    assert zeros.is_input
+
+
+def test_dma_bytes_are_found_by_which_input_they_copy():
+    ran = measure(column_sum(double_buffered, 2), X, structure=None)
+    assert ran.bytes_from(X) == X.nbytes
+    with pytest.raises(checking.KitError):
+        ran.bytes_from(np.zeros(3))
+
