@@ -204,6 +204,12 @@ def frames(eqn) -> list[tuple[str, int]]:
         return []
 
 
+def from_emit_pipeline(eqn) -> bool:
+    """Whether ``eqn`` was made by ``pltpu.emit_pipeline`` (its own copies and waits)."""
+    return any(path.replace("\\", "/").endswith("pallas/mosaic/pipeline.py")
+               for path, _ in frames(eqn))
+
+
 def is_ref(aval) -> bool:
     import jax
 

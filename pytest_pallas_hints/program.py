@@ -40,7 +40,8 @@ class Op:
     """A JAX op outside every kernel that the program's result depends on."""
     name: str
     nbytes: int
-    integer: bool         # integer or boolean values only (index metadata)
+    integer: bool         # integer or boolean values only, none computed from float data
+    #                       (index metadata; floats bitcast to integers are still data)
     constant: bool        # depends on no input (zeros, iota...)
 
 
@@ -137,7 +138,9 @@ def read(closed, out_tree) -> Program:
                             for n in nodes)
     live = graph.ancestors([o for o in outputs if o is not None])
     data = graph.depends_on_inputs()
-    ops = [Op(info["name"], info["nbytes"], info["integer"], not data[n])
+    floats = graph.depends_on([n for n, var in zip(inputs, closed.jaxpr.invars)
+                               if not _integer_aval(var.aval)])
+    ops = [Op(info["name"], info["nbytes"], info["integer"] and not floats[n], not data[n])
            for n, (kind, info) in enumerate(graph.info)
            if kind == "op" and n in live and info["nbytes"]]
     used = {info["site"].index for n, (kind, info) in enumerate(graph.info)
@@ -171,9 +174,13 @@ class _Graph:
         return seen
 
     def depends_on_inputs(self) -> list[bool]:
-        data = []
-        for n, (kind, _) in enumerate(self.info):  # nodes are added after their deps
-            data.append(kind == "input" or any(data[d] for d in self.deps[n]))
+        return self.depends_on([n for n, (kind, _) in enumerate(self.info) if kind == "input"])
+
+    def depends_on(self, sources: list[int]) -> list[bool]:
+        """Per node, whether it depends on one of ``sources``."""
+        wanted, data = set(sources), []
+        for n in range(len(self.info)):  # nodes are added after their deps
+            data.append(n in wanted or any(data[d] for d in self.deps[n]))
         return data
 
 
@@ -185,6 +192,11 @@ def _nbytes(eqn) -> int:
         if shape is not None and dtype is not None and not jaxcompat.is_literal(v):
             total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     return total
+
+
+def _integer_aval(aval) -> bool:
+    dtype = getattr(aval, "dtype", None)
+    return dtype is not None and (np.issubdtype(dtype, np.integer) or dtype == np.bool_)
 
 
 def _integer(eqn) -> bool:

@@ -62,6 +62,8 @@ WORDS = {
     "lt": "a comparison", "ge": "a comparison", "le": "a comparison", "eq": "a comparison",
     "dma_start": "a DMA of your own (pltpu.make_async_copy(...).start())",
     "dma_wait": "a wait for a DMA (.wait() on a copy)",
+    "emit_pipeline": "a pipeline of pltpu.emit_pipeline (the copies it makes for its "
+                     "BlockSpecs)",
 }
 # Most telling first: a matmul outside a kernel says more than a cast does.
 _RANK = ["dot_general", "exp", "exp2", "log", "tanh", "logistic", "erf", "reduce_sum",
@@ -75,6 +77,7 @@ class Structure:
 
     kernels: exact number of pallas_calls (None: at least one);
     inside:  primitives (``"dot_general"``, ``"exp"``...) some kernel must execute;
+             ``"emit_pipeline"``: copies made by ``pltpu.emit_pipeline``;
     outside: primitives allowed in JAX ops around the kernels, beyond reshapes;
              ``"metadata"`` allows any op on integers only (group offsets...),
              ``"constants"`` any op that depends on no input (zeros, iota);
@@ -169,7 +172,8 @@ def _outside(program, structure, sources):
            and not op.constant]
     if not bad:
         return []
-    bad.sort(key=lambda op: (_RANK.index(op.name) if op.name in _RANK else len(_RANK),
+    bad.sort(key=lambda op: (op.integer,   # work on data first, index arithmetic after
+                             _RANK.index(op.name) if op.name in _RANK else len(_RANK),
                              -op.nbytes))
     first = WORDS.get(bad[0].name, f"a {bad[0].name}")
     shown = " · ".join(dict.fromkeys(f"{op.name} {_size(op.nbytes)}" for op in bad[:4]))
@@ -471,6 +475,8 @@ def _primitives(jaxpr) -> set[str]:
     found = set()
     for eqn in jaxpr.eqns:
         found.add(eqn.primitive.name)
+        if eqn.primitive.name == "dma_start" and jaxcompat.from_emit_pipeline(eqn):
+            found.add("emit_pipeline")
         for inner, _ in jaxcompat.sub_jaxprs(eqn):
             found |= _primitives(inner)
     return found

@@ -176,3 +176,40 @@ def test_dma_bytes_are_found_by_which_input_they_copy():
     with pytest.raises(checking.KitError):
         ran.bytes_from(np.zeros(3))
 
+
+
+# ------------------------------------------------- metadata is integers only ---
+
+def copy_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+
+def gather_smuggled_as_integers(table, ids):
+    """The gather done outside the kernel on the table's bits: integer ops only."""
+    bits = jax.lax.bitcast_convert_type(table, jnp.int32)[ids]
+    rows = jax.lax.bitcast_convert_type(bits, jnp.float32)
+    return pl.pallas_call(copy_kernel, out_shape=jax.ShapeDtypeStruct(rows.shape, rows.dtype))(
+        rows)
+
+
+def test_float_data_bitcast_to_integers_is_not_metadata():
+    table = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
+    ids = np.array([3, 1, 4, 1, 5, 9, 2, 6], np.int32)
+    program = checking._trace(gather_smuggled_as_integers, (table, ids), {})
+    findings = structure.check(program, structure.Structure(outside={"metadata"}))
+    assert findings and findings[0].kind == "outside"
+    assert "gather" in findings[0].says
+
+
+def gather_in_jnp(table, ids):
+    rows = jnp.take(table, ids, axis=0)   # index arithmetic (ids < 0 wraps) and a gather
+    return pl.pallas_call(copy_kernel, out_shape=jax.ShapeDtypeStruct(rows.shape, rows.dtype))(
+        rows)
+
+
+def test_work_on_data_outside_is_named_before_index_arithmetic():
+    table = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
+    ids = np.array([3, 1, 4, 1, 5, 9, 2, 6], np.int32)
+    findings = structure.check(checking._trace(gather_in_jnp, (table, ids), {}),
+                               structure.Structure())
+    assert findings[0].kind == "outside" and findings[0].detail == "gather"
