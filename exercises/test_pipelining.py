@@ -8,8 +8,10 @@ Each test compares your kernel with NumPy on at least two shapes (one an edge
 case: one chunk, an odd number of chunks, a repeated index, a sequence that
 ends mid-page or is empty), then checks that it would compile for a real TPU.
 Every kernel here moves its data itself, so every test also counts the bytes
-your DMAs move between HBM and VMEM, and how many copies were in flight at
-once. Before your kernel runs, the kit pairs every .start() with its .wait():
+your DMAs move between HBM and VMEM, the VMEM your kernel takes (every buffer:
+scratch, pl.run_scoped, two per BlockSpec'd operand) and, where the lesson is
+overlap, how often the work ran while a copy was in flight. Before your kernel
+runs, the kit pairs every .start() with its .wait():
 a wait that would hang, a copy never waited, or a copy into a buffer that
 another copy is still filling is named with its line. While it runs, interpret
 mode reports a read of a buffer whose copy has not landed as a race. Tests
@@ -18,8 +20,8 @@ marked `tpu` run realistic sizes on a real TPU and are skipped elsewhere.
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_work, fail,
-                                 lowers_for_tpu, measure)
+from pytest_pallas_hints import (Structure, chapter, check, check_overlap, check_traffic,
+                                 check_vmem, check_work, fail, lowers_for_tpu, measure)
 
 pipelining = chapter("pipelining")
 
@@ -76,23 +78,11 @@ def check_own_copies(ran, *, read=None, written=None, copies=None, what="x",
                 [("dma", f"yours {count} copies · one per chunk: {copies}")])
 
 
-def check_vmem(ran, *, most, why):
-    """The kernel's VMEM scratch is at most `most` bytes."""
-    used = 0
-    for site in ran.program.sites:
-        for aval in site.call.scratch:
-            if "vmem" in str(getattr(aval, "memory_space", "")).lower():
-                used += int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
-    if used > most:
-        fail("vmem", f"your scratch buffers take {used} B of VMEM: {why}",
-             [("vmem", f"yours {used} B · the puzzle's {most} B")])
-
-
-def check_overlap(ran, *, at_least, why):
+def check_in_flight(ran, *, at_least, why):
     """At some moment at least `at_least` copies were in flight together."""
     most = in_flight(ran)
     if most < at_least:
-        fail("not_overlapped", (
+        fail("copies_not_overlapped", (
             f"your copies overlap too little: at most {most} in flight at once, where the "
             f"puzzle's schedule has {at_least}. {why}"),
             [("in flight", f"yours at most {most} · the puzzle's schedule {at_least}")])
@@ -142,8 +132,8 @@ def test_copy_loop(S, D, chunk, rng):
         inside={"dma_start", "dma_wait", "reduce_sum"}))
     check_column_sum(ran, x, chunk)
     check_own_copies(ran, read=x.nbytes, copies=S // chunk)
-    check_vmem(ran, most=chunk * D * x.itemsize,
-               why="one chunk at a time needs one chunk of VMEM.")
+    check_vmem(ran, most=chunk * D * x.itemsize + 2 * D * x.itemsize,
+               why="one chunk at a time needs one chunk of VMEM (and the (1, D) output).")
     check_traffic(ran, reference=x.nbytes + D * x.itemsize, minimum=x.nbytes + D * x.itemsize)
     lowers_for_tpu(ran)
 
@@ -161,10 +151,11 @@ def test_double_buffer(S, D, chunk, rng):
                   structure=MANUAL.where(inside={"dma_start", "dma_wait", "reduce_sum"}))
     check_column_sum(ran, x, chunk)
     check_own_copies(ran, read=x.nbytes, copies=S // chunk)
-    check_overlap(ran, at_least=2, why=(
+    check_overlap(ran, work="reduce_sum", at_least=S // chunk - 1, why=(
         "Start the copy of chunk i + 1 into the other slot before you wait for chunk i, "
         "so that it lands while chunk i is summed."))
-    check_vmem(ran, most=2 * chunk * D * x.itemsize, why="two slots of one chunk each.")
+    check_vmem(ran, most=2 * chunk * D * x.itemsize + 2 * D * x.itemsize,
+               why="two slots of one chunk each (and the (1, D) output).")
     check_traffic(ran, reference=x.nbytes + D * x.itemsize, minimum=x.nbytes + D * x.itemsize)
     lowers_for_tpu(ran)
 
@@ -190,10 +181,14 @@ def test_write_back(S, D, chunk, rng):
           likely={"relu_missing": x, "shifted": shifted})
     check_own_copies(ran, read=x.nbytes, written=x.nbytes, copies=S // chunk)
     if S // chunk > 1:
-        check_overlap(ran, at_least=2, why=(
+        check_in_flight(ran, at_least=2, why=(
             "Start the write-back of chunk i and move on without waiting: it lands while "
             "chunk i + 1 is read, and is waited at the next step, before the output buffer "
             "is overwritten."))
+        check_overlap(ran, work="max", at_least=S // chunk - 1, why=(
+            "The relu of chunk i can be computed while the write-back of chunk i - 1 is "
+            "still landing: wait for that write only when out_vmem is about to be "
+            "overwritten, after computing the chunk."))
     check_vmem(ran, most=2 * chunk * D * x.itemsize,
                why="one chunk in and one chunk out.")
     check_traffic(ran, reference=2 * x.nbytes, minimum=2 * x.nbytes)
@@ -213,15 +208,17 @@ def test_gather(V, D, T, rows_per_step, rng):
     if T <= 8:   # the edge case: a repeated row and the very last one
         ids[1], ids[-1] = ids[0], V - 1
     ran = measure(pipelining.gather_rows, table, ids, rows_per_step=rows_per_step,
-                  structure=MANUAL.where(prefetch=True))
+                  structure=MANUAL.where(prefetch=True, grid=(T // rows_per_step,)))
     first_step = np.resize(ids[:rows_per_step], T)
     check(ran, table[ids], blocks=(rows_per_step, None), axes="T D",
           likely={"first_step_ids": table[first_step], "rows_in_order": table[:T]})
     row = D * table.itemsize
     check_own_copies(ran, read=T * row, what="the table")
-    check_overlap(ran, at_least=rows_per_step, why=(
+    check_in_flight(ran, at_least=rows_per_step, why=(
         "Start every row's copy of a step before waiting for any: the rows then land "
         "together, in the time of about one, instead of one after another."))
+    check_vmem(ran, most=3 * rows_per_step * row, why=(
+        "one step's rows (and the output block, twice)."))
     check_traffic(ran, reference=2 * T * row, minimum=2 * T * row)
     lowers_for_tpu(ran)
 
@@ -236,13 +233,15 @@ def test_gather(V, D, T, rows_per_step, rng):
 def test_emit_pipeline(S, D, chunk, rng):
     x = rng.normal((S, D))
     ran = measure(pipelining.column_sum_pipelined, x, chunk=chunk,
-                  structure=MANUAL.where(inside={"dma_start", "dma_wait", "reduce_sum"}))
+                  structure=MANUAL.where(inside={"emit_pipeline", "reduce_sum"}))
     check_column_sum(ran, x, chunk)
     check_own_copies(ran, read=x.nbytes, copies=S // chunk,
                      how="through the copies pltpu.emit_pipeline makes for its BlockSpecs")
-    check_overlap(ran, at_least=2, why=(
+    check_overlap(ran, work="reduce_sum", at_least=S // chunk - 1, why=(
         "pltpu.emit_pipeline double-buffers every BlockSpec it is given: hand it the "
         "whole HBM array and a (chunk, D) BlockSpec, and let it do the copies."))
+    check_vmem(ran, most=2 * chunk * D * x.itemsize + D * 4 + 2 * D * x.itemsize,
+               why="the pipeline's two (chunk, D) slots, the (1, D) total and the output.")
     check_traffic(ran, reference=x.nbytes + D * x.itemsize, minimum=x.nbytes + D * x.itemsize)
     lowers_for_tpu(ran)
 
@@ -298,7 +297,7 @@ def test_paged_attention(B, N, K, H, L, pages_per_sequence, pages_per_block, len
                                                      dtype)
     lengths = np.asarray(lengths, np.int32)
     ran = measure(pipelining.paged_attention, q, k_pages, v_pages, lengths, page_indices,
-                  pages_per_block=pages_per_block, structure=PAGED)
+                  pages_per_block=pages_per_block, structure=PAGED.where(grid=(B, K)))
     args = (q, k_pages, v_pages, lengths, page_indices)
     tokens_per_block = pages_per_block * L
 
@@ -324,10 +323,16 @@ def test_paged_attention(B, N, K, H, L, pages_per_sequence, pages_per_block, len
     pages = [cdiv(n, L) for n in lengths]
     needed = 2 * q.nbytes + 2 * K * sum(pages) * page          # q in, o out, K and V pages
     check_traffic(ran, reference=needed, minimum=needed)
+    two_slots = 2 * 2 * pages_per_block * page          # K and V, two slots each
+    check_vmem(ran, most=two_slots + 2 * 2 * G * H * itemsize, why=(
+        "two slots of one block of pages, for K and for V (and the q and output blocks): "
+        "a sequence's pages are streamed a block at a time, never all fetched up front."))
     if max(blocks) > 1:
-        check_overlap(ran, at_least=2 * pages_per_block + 2, why=(
-            "Start the pages of block i + 1 into the other slot before you wait for the "
-            "pages of block i."))
+        check_overlap(ran, work="dot_general",
+                      at_least=2 * K * sum(max(n - 1, 0) for n in blocks), why=(
+                          "Start the pages of block i + 1 into the other slot before you "
+                          "wait for the pages of block i: block i's scores and p @ v are "
+                          "then computed while the next pages land."))
     lowers_for_tpu(ran)
 
 

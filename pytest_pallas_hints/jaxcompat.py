@@ -205,9 +205,21 @@ def frames(eqn) -> list[tuple[str, int]]:
 
 
 def from_emit_pipeline(eqn) -> bool:
-    """Whether ``eqn`` was made by ``pltpu.emit_pipeline`` (its own copies and waits)."""
-    return any(path.replace("\\", "/").endswith("pallas/mosaic/pipeline.py")
-               for path, _ in frames(eqn))
+    """Whether ``eqn`` (a DMA) was made by ``pltpu.emit_pipeline``, not by the learner's
+    own ``.start()``: the first frame past JAX's tracing machinery is the pipeline's code
+    (pipeline.py, or its synchronous copies in helpers.py for a one-step pipeline; the
+    recorded traceback may stop before the learner's call)."""
+    if "ep_" in str(getattr(getattr(eqn, "source_info", None), "name_stack", "")):
+        return True
+    for path, _ in frames(eqn):
+        path = path.replace("\\", "/")
+        if path.endswith(("pallas/mosaic/pipeline.py", "pallas/mosaic/helpers.py")):
+            return True
+        if "/jax/_src/" in path and "/jax/_src/pallas/mosaic/" not in path \
+                or path.endswith("pallas/mosaic/primitives.py"):
+            continue   # the tracing machinery, and the primitive's own wrapper
+        return False
+    return False
 
 
 def is_ref(aval) -> bool:

@@ -120,13 +120,14 @@ def relu_kernel(x_hbm, o_hbm, in_vmem, out_vmem, read_sem, write_sem, *, chunk):
     def relu_chunk(i):
         read(i).start()
         read(i).wait()
+        y = jnp.maximum(in_vmem[...], 0)   # computed while write(i - 1) is landing
 
         @pl.when(i > 0)
         def previous_write_done():   # out_vmem is the source of write(i - 1)
             write(i - 1).wait()
 
-        out_vmem[...] = jnp.maximum(in_vmem[...], 0)
-        write(i).start()           # lands while the next chunk is read
+        out_vmem[...] = y
+        write(i).start()           # lands while the next chunk is read and computed
 
     write(num_chunks - 1).wait()   # nothing may be in flight when the kernel ends
 

@@ -1,7 +1,7 @@
 """pipelining.paged_attention: waits for block i before starting block i + 1: right values,
 no overlap."""
 PUZZLE = "pipelining.paged_attention"
-EXPECT = "start block j + 1 (into the other slot) first"
+EXPECT = "start the pages of block j + 1 (into the other slot) first"
 
 
 def paged_attention_kernel(lengths_ref, page_indices_ref, q_ref, k_hbm, v_hbm, o_ref,
