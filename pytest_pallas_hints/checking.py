@@ -101,6 +101,8 @@ class Measured:
     program: program.Program
     executed: list
     args: tuple
+    walked: list = dataclasses.field(default_factory=list)   # (call, prefetch, Counts)
+    #                                 kernels already walked before the run
 
     @functools.cached_property
     def steps(self) -> list[walk.Counts]:
@@ -108,7 +110,8 @@ class Measured:
         jaxcompat.require("work accounting")
         with kit_step("work accounting"):
             try:
-                return [walk.kernel_steps(run.site.call, run.prefetch) for run in self.executed]
+                return [self._walked(run.site.call, run.prefetch) or
+                        walk.kernel_steps(run.site.call, run.prefetch) for run in self.executed]
             except walk.Uncountable as why:
                 fail("uncountable", (
                     f"the kit counts what a kernel does from its grid indices and prefetched "
@@ -177,6 +180,15 @@ class Measured:
         return [(site, n) for site in self.program.sites for n, inputs in enumerate(site.inputs)
                 if (inputs & positions if array is not None else not inputs)]
 
+    def _walked(self, call, prefetch):
+        """The walk made before the run of this kernel, on the same prefetch values."""
+        for done, values, counts in self.walked:
+            if done is call and len(values) == len(prefetch) and all(
+                    np.array_equal(np.asarray(a), np.asarray(b))
+                    for a, b in zip(values, prefetch)):
+                return counts
+        return None
+
     def _countable(self):
         repeated = [s for s in self.program.sites if s.repeated]
         if repeated:
@@ -192,7 +204,7 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
     traced = _trace(fn, args, static)  # the learner's Python runs here, once
     if structure is not None:
         _check_structure(traced, structure)
-    unchecked = _check_dmas_before(traced, args)
+    unchecked, walked = _check_before_run(traced, args)
     try:
         output, executed = program.execute(traced, args)
     except Exception as error:
@@ -200,23 +212,31 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
         _locate(error, traced)
         raise program.learners(error)
     if unchecked:
-        _check_dmas([(run.site.call, run.prefetch) for run in executed
-                     if run.site.index in unchecked])
-    return Measured(output, traced, executed, args)
+        walked += _check_walks([(run.site.call, run.prefetch) for run in executed
+                                if run.site.index in unchecked])
+    return Measured(output, traced, executed, args, walked)
 
 
 # ---------------------------------------------------------------- DMA ledger ---
 
-def _check_dmas_before(traced, args) -> set[int]:
-    """Judges every kernel's DMA starts and waits before the program runs, so that a
-    wait that would never return is named, not timed out. Returns the sites that could
-    not be judged yet (their scalar-prefetch values only exist once the program ran)."""
+WALK_BEFORE = 4096   # grid steps up to which a kernel is walked before it runs
+
+
+def _check_before_run(traced, args) -> tuple[set[int], list]:
+    """Walks every kernel before the program runs, where its scalar-prefetch values are
+    known: a DMA wait that would never return, or a read or write past the ends of a
+    ref, is named with its line, instead of a time-out or an error without one. Returns
+    the sites with DMAs that could not be judged yet (their prefetch values only exist
+    once the program ran), and the walks made."""
     import jax
 
-    sites = [site for site in traced.sites if not site.repeated and walk.has_dmas(site.call)]
+    def small(call):
+        return None not in call.grid and int(np.prod(call.grid or (1,))) <= WALK_BEFORE
+
+    sites = [site for site in traced.sites if not site.repeated and small(site.call)]
     if not sites or "work accounting" in jaxcompat.missing():
-        return set()
-    with kit_step("DMA checks"):
+        return set(), []
+    with kit_step("checks before the run"):
         known = {}
         if any(site.call.num_prefetch for site in sites):
             known = walk.prefetch_before_run(traced.closed,
@@ -228,10 +248,9 @@ def _check_dmas_before(traced, args) -> set[int]:
                 ready.append((site.call, []))
             elif id(eqn_of.get(site.index)) in known:
                 ready.append((site.call, known[id(eqn_of[site.index])]))
-            else:
+            elif walk.has_dmas(site.call):
                 unchecked.add(site.index)
-    _check_dmas(ready)
-    return unchecked
+    return unchecked, _check_walks(ready)
 
 
 def _eqns_of(traced):
@@ -246,20 +265,50 @@ def _eqns_of(traced):
     return list(visit(traced.closed.jaxpr))
 
 
-def _check_dmas(runs) -> None:
-    """Raises the first unmatched DMA start or wait of these kernel runs ((call,
-    prefetch values) each) as a finding with the learner's lines."""
+def _check_walks(runs) -> list:
+    """Walks these kernel runs ((call, prefetch values) each) and raises the first read
+    or write past the ends of a ref, else the first unmatched DMA start or wait, as a
+    finding with the learner's lines. Returns the walks, (call, prefetch, Counts)."""
     from . import chapters
 
+    walked = []
     for call, prefetch in runs:
-        with kit_step("DMA checks"):
+        with kit_step("checks before the run"):
             try:
                 counts = walk.kernel_steps(call, prefetch)
             except walk.Uncountable:
                 continue   # judged by the run itself (a race, a time bound)
+        walked.append((call, prefetch, counts))
+        if counts.outside:
+            raise Diagnosed("", findings=[_outside_finding(*counts.outside[0],
+                                                           chapters.sources())])
         if counts.dma_problems:
             raise Diagnosed("", findings=[_dma_finding(counts.dma_problems[0],
                                                        chapters.sources())])
+    return walked
+
+
+def _outside_finding(eqn, past: str, sources) -> diagnose.Finding:
+    writes = eqn.primitive.name in ("swap", "addupdate")
+    return diagnose.Finding("out_of_bounds_ref", (
+        f"this {'store' if writes else 'read'} names a part of a ref past its ends "
+        f"({past}): on a TPU nothing stops it, and it {'overwrites' if writes else 'reads'} "
+        "whatever memory lies there (and negative indices do not wrap around). An index "
+        "computed one step too far, a loop bound that runs one step too far, or a table "
+        "with fewer entries than the grid reads? A read whose index may be out of range "
+        "belongs inside the pl.when that needs it, where the index is "
+        "valid."), facts=[("writes" if writes else "reads", _line_of(eqn, sources)),
+                             ("index", past)])
+
+
+def _line_of(eqn, sources) -> str:
+    from pathlib import Path
+
+    where = program._user_line(eqn, sources) or program._user_line(eqn, None)
+    if where is None:
+        return "(inside JAX: the line that called it is not known)"
+    shown = f"{Path(where[0]).parent.name}/{Path(where[0]).name}:{where[1]}"
+    return f"{shown}   {diagnose._source_line(where).strip()}"
 
 
 _DMA_SAYS = {
@@ -287,6 +336,17 @@ _DMA_SAYS = {
         "trusted. Either that earlier copy was never waited (every .start() needs its "
         ".wait(), under the same condition), or this copy picked the wrong slot. Wait "
         "for a slot's copy (and use its data) before you start the next copy into it."),
+    "dma_wrong_semaphore": (
+        "this .wait() describes the copy started at the line under 'started', but names "
+        "another semaphore (or slot) than that copy signals: a wait takes its bytes from "
+        "the semaphore it names, so it waits for some other copy (or forever), and this "
+        "copy is never waited. Wait on the semaphore the copy was started with: build "
+        "the wait from the same pltpu.make_async_copy(...) arguments as the start."),
+    "dma_dtype": (
+        "this copy goes between refs of two dtypes (under 'dtypes'): a DMA moves bytes "
+        "and cannot convert, so the destination would hold the source's bits read as "
+        "another type. Give the VMEM buffer the dtype of the array it copies (x.dtype), "
+        "and cast values in the kernel after the copy has landed."),
     "dma_out_of_bounds": (
         "this copy names a part of a ref past its ends (a slice, a slot or a semaphore "
         "index): a TPU would copy the wrong memory or fault. Check the index against "
@@ -294,25 +354,20 @@ _DMA_SAYS = {
 }
 
 
-_DMA_OTHER = {"dma_waited_twice": "waited", "dma_shared_semaphore": "also on it"}
+_DMA_OTHER = {"dma_waited_twice": "waited", "dma_shared_semaphore": "also on it",
+              "dma_wrong_semaphore": "started"}
 
 
 def _dma_finding(problem, sources) -> diagnose.Finding:
-    from pathlib import Path
-
     def at(eqn) -> str:
-        where = program._user_line(eqn, sources) or program._user_line(eqn, None)
-        if where is None:
-            return "(inside JAX: the line that called it is not known)"
-        shown = f"{Path(where[0]).parent.name}/{Path(where[0]).name}:{where[1]}"
-        return f"{shown}   {diagnose._source_line(where).strip()}"
+        return _line_of(eqn, sources)
 
     waits = problem.eqn.primitive.name == "dma_wait"
     facts = [("waits" if waits else "started", at(problem.eqn))]
     if problem.other is not None:
         facts.append((_DMA_OTHER.get(problem.kind, "in flight"), at(problem.other)))
     if problem.detail:
-        facts.append(("window", problem.detail))
+        facts.append(("dtypes" if problem.kind == "dma_dtype" else "window", problem.detail))
     return diagnose.Finding(problem.kind, _DMA_SAYS[problem.kind], facts=facts)
 
 
@@ -383,11 +438,19 @@ def _own_copy(value):
     return value
 
 
-@functools.lru_cache(maxsize=None)
+_MACHINERY_RAN: list[bool] = []   # a known-good kernel ran here once: the kit works
+
+
 def _machinery_error() -> str | None:
-    """Whether a known-good kernel runs here: if not, the kit is what is broken."""
+    """Whether a known-good kernel runs here: if not, the kit is what is broken. The
+    simulated TPU is reset first (a learner's failed kernel leaves it dirty, and the
+    known-good kernel would hit the same error); only a failure in a clean state is the
+    kit's, and a success is remembered."""
     import jax
     from jax.experimental import pallas as pl
+
+    if _MACHINERY_RAN:
+        return None
 
     def twice_kernel(x_ref, o_ref):
         o_ref[...] = 2 * x_ref[...]
@@ -395,6 +458,8 @@ def _machinery_error() -> str | None:
     def twice(x):
         return pl.pallas_call(twice_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
+    jaxcompat.reset_interpreter()
+    jaxcompat.drop_failed_tokens()
     try:
         x = np.ones((8, 128), np.float32)
         output, _ = program.execute(program.trace(twice, (x,), {}), (x,))
@@ -402,11 +467,13 @@ def _machinery_error() -> str | None:
             return "a known-good kernel gave a wrong value"
     except Exception as error:
         return f"{type(error).__name__}: {error}"
+    _MACHINERY_RAN.append(True)
     return None
 
 
 def _blame(error: BaseException, step: str) -> None:
-    """Re-raises ``error`` as a KitError when a known-good kernel fails too."""
+    """Re-raises ``error`` as a KitError when a known-good kernel fails too, in a clean
+    state: a kit problem is proven before it is called one."""
     if isinstance(error, _VERDICTS) or jaxcompat.race_in(error):
         return
     broken = _machinery_error()

@@ -99,6 +99,16 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
             f"right up to a constant factor: yours = {_name_factor(factor)} × expected. "
             "A scale applied twice, or not at all?"),
             facts=[("factor", f"yours = {_name_factor(factor)} × expected")]))
+    rows = _row_factors(y, e, tolerance) if factor is None else None
+    if rows is not None:
+        low, high = float(rows.min()), float(rows.max())
+        findings.append(Finding("row_scaled", (
+            f"each row of your {name} is right up to a factor of its own (from {low:.3g} "
+            f"to {high:.3g}): a normalisation that disagrees with what it normalises. In "
+            "a softmax, the sum l counts terms its numerator does not (a score that should "
+            "be masked to -inf but is not), or misses a rescale (l = alpha * l + ..., when "
+            "the running max moves)."),
+            facts=[("rows", f"yours = c × expected per row, c from {low:.3g} to {high:.3g}")]))
     offset = _constant_offset(y, e, tolerance)
     if offset is not None and factor is None:
         shown = f"expected {'+' if offset > 0 else '-'} {abs(offset):.4g}"
@@ -119,6 +129,9 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
         findings.append(Finding(f"{side}_diagonal", (
             f"the wrong values sit {side} the diagonal of the last two dims: "
             "is a mask comparing rows and columns off by one (< against <=)?")))
+    rounding = _rounding(y, e, bad, nan, grid, tolerance) if not side else None
+    if rounding is not None:
+        findings.append(rounding)
     if grid is not None and 0 < grid.wrong(bad).sum() < grid.count:
         findings.append(Finding("blocks", (
             "only some output blocks are wrong: compare the program ids of the wrong "
@@ -167,8 +180,10 @@ def _whole_blocks(nan: np.ndarray, grid, wrong: np.ndarray) -> bool:
 
 
 def _error_rows(y, e, bad, nan, grid) -> list[tuple[str, str]]:
-    in_blocks = (f" in {int(grid.wrong(bad).sum())} of {grid.count} output blocks"
-                 if grid is not None and grid.count > 1 else "")
+    def in_blocks(mask) -> str:   # the blocks where these values are
+        return (f" in {int(grid.wrong(mask).sum())} of {grid.count} output blocks"
+                if grid is not None and grid.count > 1 else "")
+
     rows = []
     finite = bad & ~nan
     if finite.any():
@@ -176,12 +191,37 @@ def _error_rows(y, e, bad, nan, grid) -> list[tuple[str, str]]:
         at = np.unravel_index(int(np.argmax(diff)), diff.shape)
         rows.append(("error", f"max |yours - expected| = {diff[at]:.3g} at "
                               f"{tuple(int(i) for i in at)}; {int(finite.sum())} of "
-                              f"{bad.size} values wrong" + ("" if nan.any() else in_blocks)))
+                              f"{bad.size} values wrong" + in_blocks(finite)))
     if nan.any():
-        rows.append(("nan", f"{int(nan.sum())} of {nan.size} values are NaN" + in_blocks))
+        rows.append(("nan", f"{int(nan.sum())} of {nan.size} values are NaN" + in_blocks(nan)))
     if grid is not None and grid.count > 1:
         rows.append(grid.render_map(grid.wrong(bad)))
     return rows
+
+
+def _rounding(y, e, bad, nan, grid, tolerance) -> Finding | None:
+    """Small errors spread over the output, the size of bf16 rounding: a bf16
+    accumulator or statistic, or a dot that rounds to bf16."""
+    if nan.any() or not bad.any() or not np.isfinite(y).all():
+        return None
+    scale = float(np.max(np.abs(e), initial=0.0)) or 1.0
+    error = y - e
+    worst = float(np.max(np.abs(error))) / scale
+    if worst > 0.05 or (grid is not None and grid.count > 1
+                        and grid.wrong(bad).sum() * 2 < grid.count):
+        return None
+    # Rounding to nearest has no direction; a wrong formula (a missing rescale) usually
+    # pulls every value the same way, toward zero or away from it.
+    bias = float(np.sum(error * np.sign(e))) / (float(np.sum(np.abs(error))) or 1.0)
+    if abs(bias) > 0.5:
+        return None
+    return Finding("rounding", (
+        f"the errors are small (at most {worst:.2%} of the largest value) and spread over "
+        "the output: they look like bf16 rounding. Is an accumulator or a softmax "
+        "statistic kept in bf16, a dot missing preferred_element_type=jnp.float32, or a "
+        "value cast to bf16 before the end?"),
+        facts=[("size", f"largest error {worst:.2%} of max |expected|; tolerance "
+                        f"{tolerance:g}")])
 
 
 def _constant_factor(y, e, tolerance) -> float | None:
@@ -190,6 +230,25 @@ def _constant_factor(y, e, tolerance) -> float | None:
         return None  # a constant expected value is a multiple of anything
     c = float(np.vdot(y, e)) / ee
     if abs(c - 1) < 1e-3 or c == 0 or not close(y, c * e, max(tolerance, 1e-4) * 2).all():
+        return None
+    return c
+
+
+def _row_factors(y, e, tolerance) -> np.ndarray | None:
+    """Per row (the last dim), c with yours = c * expected, when every row is such a
+    multiple, the c differ, and some are not 1; else None."""
+    if y.ndim < 2 or y.shape[-1] < 2 or not np.isfinite(y).all():
+        return None
+    ys, es = y.reshape(-1, y.shape[-1]), e.reshape(-1, e.shape[-1])
+    ee = np.einsum("ij,ij->i", es, es)
+    live = ee > 0
+    if live.sum() < 2 or np.any(ys[~live]):
+        return None
+    c = np.einsum("ij,ij->i", ys[live], es[live]) / ee[live]
+    if not close(ys[live], c[:, None] * es[live], max(tolerance, 1e-4) * 2).all():
+        return None
+    off = np.abs(c - 1) > max(tolerance, 1e-4) * 4
+    if not off.any() or np.ptp(c) < max(tolerance, 1e-4) * 4:
         return None
     return c
 

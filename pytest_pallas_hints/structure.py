@@ -295,7 +295,8 @@ def _parallel_reduction(program, structure, sources):
                         f"{block.name} keeps the same block along it: that axis sums into "
                         "one block. A TPU with two cores splits \"parallel\" axes between "
                         "them, and each would write its own partial sum. Mark a reduction "
-                        "axis \"arbitrary\" (and put it last)."),
+                        "axis \"arbitrary\"" + (" (and put it last)." if axis < len(call.grid) - 1
+                                                else ".")),
                         facts=[("semantics", f"{call.name}(): {call.semantics}, grid "
                                              f"{call.grid}")])]
     return []

@@ -58,6 +58,8 @@ class Counts:
     dma_operands: list = dataclasses.field(default_factory=list)   # (source operand,
     #                               destination operand, bytes) per DMA: kernel operand
     #                               positions (None: a scratch or a run_scoped buffer)
+    outside: list = dataclasses.field(default_factory=list)      # (get/swap equation, what
+    #                               part past the ends of its ref), on the kernel's sure path
     executed: dict = dataclasses.field(default_factory=dict)      # primitive -> times run
     overlapped: dict = dataclasses.field(default_factory=dict)    # primitive -> times run
     #                               while at least one DMA was in flight
@@ -69,7 +71,10 @@ class DmaProblem:
     copy in flight on its semaphore: it would wait forever), "dma_waited_twice" (the
     same, for a wait whose copy an earlier wait already took), "dma_not_waited" (a copy
     still in flight when the kernel or its run_scoped ends), "dma_overwrite" (a copy
-    started into a window another copy in flight still writes), "dma_shared_semaphore"
+    started into a window another copy in flight still writes), "dma_wrong_semaphore"
+    (a wait that describes a copy but names another semaphore than it signals: blamed
+    on the wait, the copy as ``other``), "dma_dtype" (a copy between refs of two
+    dtypes: a DMA moves bytes, it does not convert), "dma_shared_semaphore"
     (a wait on a semaphore that reads and writes signal together: either kind of copy
     landing could end it) or "dma_out_of_bounds" (a copy or wait that names a window
     past the ends of a ref, a semaphore's too)."""
@@ -111,6 +116,7 @@ class Ledger:
     def __init__(self):
         self.in_flight: list[_Copy] = []
         self.landed: list[_Copy] = []   # copies waited for, the latest last
+        self.waits: list[tuple] = []    # (window, semaphore, equation) of every wait
         self.problems: list[DmaProblem] = []
         self.most = 0
         self.followed = True
@@ -118,9 +124,14 @@ class Ledger:
     def start(self, refs, eqn, into: str) -> None:
         if not self._follows(refs) or self._outside(refs, eqn):
             return
+        dtypes = [getattr(getattr(r, "aval", None), "dtype", None) for r in (refs.src, refs.dst)]
+        if None not in dtypes and dtypes[0] != dtypes[1]:
+            self.problems.append(DmaProblem("dma_dtype", eqn,
+                                            detail=f"{dtypes[0]} -> {dtypes[1]}"))
         for copy in self.in_flight:
             if copy.dst is refs.dst and _overlap(copy.dst_box, refs.dst_box):
-                self.problems.append(DmaProblem("dma_overwrite", eqn, copy.eqn))
+                self.problems.append(self._misnamed(copy) or
+                                     DmaProblem("dma_overwrite", eqn, copy.eqn))
                 break
         self.in_flight.append(_Copy((refs.sem, refs.sem_box), _window(refs), into,
                                     refs.nbytes, eqn))
@@ -131,6 +142,12 @@ class Ledger:
             return
         owed = refs.nbytes
         on_it = [c for c in self.in_flight if c.sem[0] is refs.sem and c.sem[1] == refs.sem_box]
+        self.waits.append((_window(refs), (refs.sem, refs.sem_box), eqn))
+        if not on_it:
+            mine = [c for c in self.in_flight if c.window == _window(refs)]
+            if mine and None not in (refs.src_box, refs.dst_box):
+                self.problems.append(DmaProblem("dma_wrong_semaphore", eqn, mine[0].eqn))
+                return
         others = [c for c in on_it if c.into != into]
         if others:
             self.problems.append(DmaProblem("dma_shared_semaphore", eqn, others[0].eqn))
@@ -158,8 +175,18 @@ class Ledger:
             return
         left = [c for c in self.in_flight if scope is None
                 or any(c.sem[0] is r or c.dst is r for r in scope)]
-        self.problems += [DmaProblem("dma_not_waited", c.eqn) for c in left]
+        self.problems += [self._misnamed(c) or DmaProblem("dma_not_waited", c.eqn)
+                          for c in left]
         self.in_flight = [c for c in self.in_flight if c not in left]
+
+    def _misnamed(self, copy) -> DmaProblem | None:
+        """A copy left in flight because the wait that describes it named another
+        semaphore: that wait is the line to blame, not the start."""
+        for window, sem, eqn in self.waits:
+            if window == copy.window and None not in (window[1], window[3]) \
+                    and (sem[0] is not copy.sem[0] or sem[1] != copy.sem[1]):
+                return DmaProblem("dma_wrong_semaphore", eqn, copy.eqn)
+        return None
 
     def _outside(self, refs, eqn) -> bool:
         if refs.outside:
@@ -347,6 +374,9 @@ class Walk:
     def ref_access(self, eqn, values):
         ref, name = values[0], eqn.primitive.name
         index = jaxcompat.ref_indices(eqn, values, UNKNOWN)
+        past = _past_the_end(index, getattr(ref.aval, "shape", None))
+        if past:
+            self.counts.outside.append((eqn, past))
         if index is not None and ref.value is not UNKNOWN:
             try:
                 np.asarray(ref.value)[index]
@@ -435,6 +465,25 @@ class Walk:
         return list(carry) + [UNKNOWN] * (len(eqn.outvars) - num_carry)
 
 
+def _past_the_end(index, shape) -> str:
+    """What part of a ref of ``shape`` that ``index`` names lies past its ends ("" when
+    none, or when the index is not known): negative indices do not wrap in a kernel."""
+    if index is None or shape is None or len(index) > len(shape):
+        return ""
+    for dim, (i, size) in enumerate(zip(index, shape)):
+        if isinstance(i, slice):
+            lo, hi = i.start, i.stop
+        else:
+            values = np.asarray(i)
+            if values.size == 0 or not np.issubdtype(values.dtype, np.integer):
+                continue
+            lo, hi = int(values.min()), int(values.max()) + 1
+        if lo < 0 or hi > size:
+            shown = f"{lo}:{hi}" if isinstance(i, slice) or hi - lo > 1 else f"{lo}"
+            return f"index {shown} along dim {dim}, which has {size}"
+    return ""
+
+
 def _same(a, b) -> bool:
     if a is UNKNOWN or b is UNKNOWN:
         return a is b
@@ -519,7 +568,8 @@ def kernel_steps(call, prefetch: list) -> Counts:
     seen as such."""
     counts, ledger = Counts(), Ledger()
     jaxpr = call.kernel
-    args = [_Ref(np.array(v), operand=n) for n, v in enumerate(prefetch)]
+    args = [_Ref(np.array(v), getattr(var, "aval", None), operand=n)
+            for n, (v, var) in enumerate(zip(prefetch, jaxpr.invars))]
     args += [_fresh(var, n if n < len(prefetch) + len(call.blocks) else None)
              for n, var in enumerate(jaxpr.invars[len(prefetch):], len(prefetch))]
     for point in grid_steps(call.grid):

@@ -383,3 +383,25 @@ def test_an_unknown_error_keeps_its_first_line():
     finding = explain(KeyError("bm"), frames_in(code="bm = cfg['bm']"), ROOT)
     assert finding.kind == "error"
     assert "KeyError: 'bm'" in finding.says
+
+
+def test_small_unbiased_errors_everywhere_read_as_rounding_and_a_bias_does_not():
+    rng = np.random.default_rng(0)
+    expected = rng.normal(size=(64, 256)).astype(np.float32)
+    rounded = (expected + rng.normal(size=expected.shape) * 3e-3).astype(np.float32)
+    findings = diagnose.compare(rounded, expected, blocks=(16, 128), axes="i j")
+    assert findings[0].kind == "rounding" and "bf16 rounding" in findings[0].says
+    shrunk = (expected * 0.99).astype(np.float32)   # a missing rescale: one direction
+    assert "rounding" not in [f.kind for f in diagnose.compare(shrunk, expected,
+                                                                blocks=(16, 128), axes="i j")]
+
+
+def test_nan_and_finite_errors_count_their_own_blocks():
+    expected = np.ones((16, 128), np.float32)
+    yours = expected.copy()
+    yours[:8] = np.nan          # block 0: NaN
+    yours[8:, :4] = 5.0         # block 1: finite and wrong
+    rows = dict(row for f in diagnose.compare(yours, expected, blocks=(8, 128), axes="i j")
+                for row in f.facts)
+    assert rows["nan"].endswith("in 1 of 2 output blocks")
+    assert rows["error"].endswith("in 1 of 2 output blocks")

@@ -213,3 +213,43 @@ def test_work_on_data_outside_is_named_before_index_arithmetic():
     findings = structure.check(checking._trace(gather_in_jnp, (table, ids), {}),
                                structure.Structure())
     assert findings[0].kind == "outside" and findings[0].detail == "gather"
+
+
+# --------------------------------------------- found before the run, or proven ---
+
+def table_reader(offset):
+    """Each grid step reads ids[i + offset] from SMEM: past the end for the last steps."""
+    def kernel(ids_ref, x_ref, o_ref):
+        o_ref[...] = x_ref[...] + ids_ref[pl.program_id(0) + offset].astype(jnp.float32)
+
+    def call(ids, x):
+        spec = pl.BlockSpec((8, 128), lambda i, ids: (i, 0))
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid_spec=pltpu.PrefetchScalarGridSpec(
+                                  num_scalar_prefetch=1, grid=(x.shape[0] // 8,),
+                                  in_specs=[spec], out_specs=spec))(ids, x)
+    return call
+
+
+def test_a_read_past_the_end_is_named_with_its_line_before_the_run():
+    ids, x = np.arange(4, dtype=np.int32), np.zeros((32, 128), np.float32)
+    measure(table_reader(0), ids, x, structure=None)
+    with pytest.raises(Diagnosed) as failed:
+        measure(table_reader(1), ids, x, structure=None)
+    finding = failed.value.findings()[0]
+    assert finding.kind == "out_of_bounds_ref"
+    assert dict(finding.facts)["index"] == "index 4 along dim 0, which has 4"
+    assert "ids_ref[pl.program_id(0) + offset]" in dict(finding.facts)["reads"]
+
+
+def test_a_learners_failed_kernel_is_never_called_a_kit_problem(monkeypatch):
+    """Unseen before the run, the read fails while the kernel runs and leaves the
+    simulated TPU dirty; the kit proves its own kernel still runs (in a clean state)
+    before it would blame itself."""
+    monkeypatch.setattr(checking, "WALK_BEFORE", 0)
+    monkeypatch.setattr(checking, "_MACHINERY_RAN", [])
+    ids, x = np.arange(4, dtype=np.int32), np.zeros((32, 128), np.float32)
+    with pytest.raises(Exception) as failed:
+        measure(table_reader(1), ids, x, structure=None)
+    assert not isinstance(failed.value, checking.KitError), failed.value
+    assert checking._MACHINERY_RAN

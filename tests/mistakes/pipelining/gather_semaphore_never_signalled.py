@@ -1,6 +1,6 @@
 """pipelining.gather: one semaphore per row for the copies, but every wait on the first."""
 PUZZLE = "pipelining.gather"
-EXPECT = "a semaphore never signalled"
+EXPECT = "names another semaphore (or slot) than that copy signals"
 
 
 def gather_kernel(ids_ref, table_hbm, o_ref, rows_vmem, sems, *, rows_per_step):
