@@ -87,15 +87,19 @@ def add_one_kernel(x_hbm, o_ref, x_vmem, sem):
 def add_one(x):
     """x + 1 for x [M, D], with add_one_kernel moving x into VMEM itself.
 
-    basics.add_one again, except that x is not handed to the kernel in VMEM:
+    basics.add_one again, except that x is not handed to the kernel in VMEM.
+    New here, for the call:
 
-        in_specs=[pl.BlockSpec(memory_space=pl.ANY)]
-            # no block shape, no index map: the kernel gets x's ref where it
-            # is, in HBM (ANY: wherever the caller's array lives)
-        scratch_shapes=[pltpu.VMEM(shape, dtype), pltpu.SemaphoreType.DMA(())]
-            # the kernel's own buffers, passed after the outputs: VMEM for the
-            # copy to land in, and a DMA semaphore (shape (): a single one)
+        pl.BlockSpec(memory_space=pl.ANY)
+            # no block shape, no index map: the kernel gets the operand's ref
+            # where it is, in HBM (ANY: wherever the caller's array lives), and
+            # Pallas copies nothing for it
+        pltpu.VMEM(shape, dtype)          # a VMEM buffer of the kernel's own
+        pltpu.SemaphoreType.DMA(shape)    # DMA semaphores; shape () is a single one
 
+    The kernel's own buffers go in scratch_shapes=[...], and the kernel gets
+    them after its outputs, in that order. Which operand stays in HBM and what
+    the kernel needs for its copy is for you to work out from add_one_kernel.
     The output keeps its default BlockSpec: the whole array, in VMEM, written
     back to HBM by Pallas after the kernel.
     """
@@ -235,15 +239,16 @@ def gather_kernel(ids_ref, table_hbm, o_ref, rows_vmem, sem, *, rows_per_step):
                  row 2 ◀── table row 7
                  row 3 ◀── table row 2      (a row may come twice)
 
-    A row is table_hbm.at[pl.ds(index, 1)], and its place among the landed rows
-    is rows_vmem.at[pl.ds(r, 1)]. An index read from SMEM, ids_ref[k], is a
-    scalar the DMA can use as an address (a value in VMEM could not be). Once
-    every row landed, the block is the output: store it into o_ref.
+    A part of a ref, as the source or the destination of a copy, is named with
+    .at[...] and pl.ds(start, size), as in puzzle 2; here each part is a single
+    row. An index read from SMEM, ids_ref[k], is a scalar the DMA can use as an
+    address (a value in VMEM could not be). Once every row landed, the block is
+    the output.
 
-    Start every row's copy before waiting for any: the DMA engine then has
-    them all in flight at once. They can share one semaphore: each wait takes
-    one row's bytes. (A Python for loop over r is fine here: rows_per_step is
-    a small Python int.)
+    The copies of a step's rows do not depend on each other. In what order
+    should their starts and waits come, so that they do not land one after
+    another? (They may share one semaphore: each wait takes one row's bytes. A
+    Python for loop over r is fine here: rows_per_step is a small Python int.)
     """
     raise NotImplementedError
 
@@ -258,8 +263,9 @@ def gather_rows(table, ids, *, rows_per_step=8):
     num_scalar_prefetch=1, grid=..., in_specs=..., out_specs=...,
     scratch_shapes=...) puts the first call argument (ids) in SMEM before the
     kernel starts. The kernel gets it as its first ref, and every index map
-    gets it after the grid indices: lambda i, ids: (i, 0). The output keeps an
-    ordinary BlockSpec, one (rows_per_step, D) block per grid step.
+    gets it too, after the grid indices (so an index map of a one-axis grid
+    takes two arguments). The output keeps an ordinary BlockSpec, one
+    (rows_per_step, D) block per grid step.
     """
     raise NotImplementedError
 
@@ -284,9 +290,9 @@ def pipelined_sum_kernel(x_hbm, o_ref, total_vmem, *, chunk):
 
     emit_pipeline allocates the two slots and semaphores, starts the next
     block before waiting for this one, and waits for everything before it
-    returns: exactly your puzzle 3, in one call. The body returns nothing, so
-    the total lives in a ref: zero total_vmem before the pipeline, add each
-    block's column sums to it in the body, store it after.
+    returns: exactly your puzzle 3, in one call. The body returns nothing:
+    where does the running total live from one block to the next, and when
+    must it be cleared and stored?
     """
     raise NotImplementedError
 
