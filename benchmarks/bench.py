@@ -119,7 +119,8 @@ def bytes_moved() -> list[tuple[str, str, str, str]]:
 
     from pytest_pallas_hints import chapters as chapter_loader
     from pytest_pallas_hints import runtime
-    from pytest_pallas_hints.traffic import mib, moved_bytes
+    from pytest_pallas_hints import moved_bytes
+    from pytest_pallas_hints.traffic import mib
 
     runtime.use_interpret_mode(True)
     chapter_loader.configure("reference")

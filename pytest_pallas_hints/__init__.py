@@ -28,7 +28,7 @@ _EXPORTS = {
     "Mismatch": "checking",
     "Rng": "checking",
     "Structure": "structure",
-    "moved_bytes": "traffic",
+    "moved_bytes": "checking",
 }
 
 __all__ = sorted(_EXPORTS)

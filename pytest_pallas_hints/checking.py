@@ -371,6 +371,12 @@ def _dma_finding(problem, sources) -> diagnose.Finding:
     return diagnose.Finding(problem.kind, _DMA_SAYS[problem.kind], facts=facts)
 
 
+def moved_bytes(fn: Callable, *args, **static):
+    """Runs ``fn(*args, **static)`` once and returns the bytes its kernels move
+    (``traffic.Traffic``)."""
+    return measure(fn, *args, structure=None, **static).traffic
+
+
 def check_structure(fn: Callable, *args, structure: Structure, **static) -> None:
     """Traces ``fn(*args, **static)`` and checks its ``structure``, without running it."""
     _check_structure(_trace(fn, args, static), structure)

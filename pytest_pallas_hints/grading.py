@@ -123,3 +123,28 @@ def gradescope_results(graded: list[Graded], execution_time: float, output: str)
                    "output": g.message or "solved", "visibility": "visible"}
                   for g in graded],
     }
+
+
+# ------------------------------------------------------- the files a run writes ---
+
+def start_files(classroom: str | None, gradescope: str | None, chapters) -> None:
+    """A result exists from the start: an error with 0 points, replaced at the end of
+    the run; a run that dies on the way leaves it (never a stale file)."""
+    from pathlib import Path
+
+    for path, write in ((classroom, nothing_ran_classroom), (gradescope, nothing_ran_gradescope)):
+        if path:
+            Path(path).unlink(missing_ok=True)
+            Path(path).write_text(write(chapters) + "\n")
+
+
+def finish_files(classroom: str | None, gradescope: str | None, graded: list[Graded], *,
+                 completed: bool, seconds: float, scoreboard_text: str) -> None:
+    """The grading results of a finished run, over the ones written at its start."""
+    from pathlib import Path
+
+    if classroom:
+        Path(classroom).write_text(classroom_result(graded, completed) + "\n")
+    if gradescope:
+        results = gradescope_results(graded, seconds, scoreboard_text)
+        Path(gradescope).write_text(json.dumps(results, indent=1) + "\n")

@@ -163,6 +163,63 @@ def record(progress: dict, runs: dict[str, PuzzleRun], chapter_of: dict[str, str
             progress["chapters"][chapter_of[puzzle_id]] = today
 
 
+@dataclasses.dataclass
+class Outcome:
+    """A run of the kit's tests, folded into the progress file: what the summary shows."""
+    runs: dict
+    skipped: dict
+    progress: dict
+    warning: str | None = None
+    newly_solved: list = dataclasses.field(default_factory=list)
+    solved_again: list = dataclasses.field(default_factory=list)   # solved, broken, solved
+    hint_levels: dict = dataclasses.field(default_factory=dict)    # puzzle -> levels shown
+
+
+def conclude(root: Path, chapters: dict[str, Chapter], reports: list[dict], *, hint=None,
+             levels: int = 3, record_it: bool = True) -> Outcome:
+    """Tallies ``reports``, picks the hints to show (a bare --hint, ``"next"``, moves one
+    level on for each failing puzzle) and, unless ``record_it`` is False (reference
+    runs), records the run in the progress file. pytest's hooks and the watcher both
+    end a run here, so progress moves the same way whichever ran."""
+    progress, warning = load(root)
+    runs, skipped = tally(reports)
+    outcome = Outcome(runs, skipped, progress, warning)
+    outcome.hint_levels = _hints_to_show(progress, runs, hint, levels)
+    if not record_it:
+        return outcome
+    stored = progress["puzzles"]
+    order = [p.id for c in chapters.values() for p in c.puzzles]
+    outcome.newly_solved = [pid for pid in order if pid in runs and runs[pid].status == "solved"
+                            and stored.get(pid, {}).get("status") != "solved"]
+    outcome.solved_again = [pid for pid in outcome.newly_solved if stored.get(pid, {}).get("won")]
+    chapter_of = {p.id: c.name for c in chapters.values() for p in c.puzzles}
+    record(progress, runs, chapter_of, datetime.date.today().isoformat())
+    try:
+        save(root, progress)
+    except OSError as error:
+        outcome.warning = f"pallas: could not save progress ({error})"
+    return outcome
+
+
+def _hints_to_show(progress: dict, runs: dict[str, PuzzleRun], hint, levels: int) -> dict:
+    """Which hint levels to show per failing puzzle; a bare --hint moves one on."""
+    if hint is None:
+        return {}
+    shown = {}
+    for puzzle_id, run in runs.items():
+        if not run.failed:
+            continue
+        entry = progress["puzzles"].setdefault(puzzle_id, {})
+        if hint == "next":
+            level = min(entry.get("hint", 0) + 1, levels)
+            shown[puzzle_id] = [level]
+        else:
+            level = hint
+            shown[puzzle_id] = list(range(1, level + 1))
+        entry["hint"] = max(entry.get("hint", 0), level)
+    return shown
+
+
 def _empty() -> dict:
     return {"version": VERSION, "puzzles": {}, "chapters": {}}
 

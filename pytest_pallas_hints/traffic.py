@@ -87,13 +87,6 @@ def count(program, executed: list, steps: list, output=None) -> Traffic:
                    outside_ops=tuple(outside), output=output)
 
 
-def moved_bytes(fn, *args, **static) -> Traffic:
-    """Runs ``fn(*args, **static)`` once and returns the bytes its kernels move."""
-    from .checking import measure
-
-    return measure(fn, *args, structure=None, **static).traffic
-
-
 def _pipelined(call, prefetch: list, site: int = -1) -> list[Operand]:
     """The BlockSpec traffic of one kernel run, from its grid and index maps."""
     steps = walk.grid_steps(call.grid)

@@ -10,7 +10,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from pytest_pallas_hints import runtime
 from pytest_pallas_hints.checking import TooMuchTraffic, check_traffic
-from pytest_pallas_hints.traffic import moved_bytes
+from pytest_pallas_hints import moved_bytes
 
 F32 = 4
 

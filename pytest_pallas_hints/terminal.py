@@ -1,0 +1,206 @@
+"""Every line a learner reads, rendered from plain data: a failure's diagnosis, a
+puzzle's block, a hint, the summary after a run.
+
+pytest's hooks (plugin.py) and the watcher (watch.py) both render through a
+``Screen``; neither formats text of its own. A line comes as ``(text, style)``:
+style is "" or "green", "red", "yellow", "bold", or "sep=" / "sep-" for a
+separator line whose text is its title.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Callable
+
+from . import catalogue, chapters, scoreboard
+
+try:
+    from . import diagnose
+except ImportError:  # no NumPy yet: the plugin says so at configure time
+    diagnose = None
+
+Line = tuple[str, str]
+TITLES = {1: "the idea", 2: "a skeleton", 3: "the solution"}
+
+
+@dataclasses.dataclass
+class Screen:
+    """What rendering needs to know of the kit and of this learner."""
+    root: Path
+    kit: dict                          # chapter name -> catalogue.Chapter
+    hint: object = None                # None, "next" (bare --hint) or a level 1..3
+    progress: dict | None = None       # the progress file's content, once loaded
+    here: Path | None = None           # where the learner runs commands from
+    highlight: Callable[[str], str] = lambda source: source
+
+    @property
+    def puzzles(self) -> dict:
+        return catalogue.puzzles(self.kit)
+
+    @property
+    def levels(self) -> int:
+        """Hint levels there are: a classroom copy ships no reference/, so no solution."""
+        return catalogue.HINT_LEVELS - (not (self.root / "reference").is_dir())
+
+    # -- one failure, one puzzle, one chapter
+    def failure(self, data: dict, id_width: int = 0) -> list[str]:
+        """One failing test: its header, the diagnosis, what the code printed, the
+        replay command and the next hint's command."""
+        puzzle = self.puzzles[data["puzzle"]]
+        findings = [diagnose.Finding.from_dict(f) for f in data.get("findings", [])]
+        if findings and findings[0].kind == "not_started":
+            return [f"· {puzzle.id:<{id_width}}  {self._how_far(puzzle, findings[0].where)}"
+                    + self._stubs_to_edit(puzzle, findings[0].where)]
+        label = ", ".join(str(x) for x in (data.get("config"), data.get("dtype"),
+                                           data.get("seed") is not None and
+                                           f"seed {data['seed']}") if x)
+        kit_error = bool(data.get("kit_error"))
+        head = (f"! {puzzle.id}  kit problem" if kit_error else f"✗ {puzzle.id}"
+                + (f" · {data['output']}" if data.get("output") else ""))
+        lines = [f"{head}  [{label}]" if label else head]
+        lines += ["  " + line for line in diagnose.render(
+            findings, None if kit_error else puzzle.say, data.get("output"))]
+        if data.get("printed"):  # the learner's own print() debugging
+            lines += [f"  {'printed' if n == 0 else '':<{diagnose.LABEL_WIDTH}}{text}"
+                      for n, text in enumerate(data["printed"])]
+        if data.get("seed") is not None:
+            lines.append(f"  {'replay':<{diagnose.LABEL_WIDTH}}{self._replay(data)}")
+        if self.hint is None and not kit_error:
+            lines.append(f"  {'more':<{diagnose.LABEL_WIDTH}}{self._more(puzzle)}")
+        return lines
+
+    def puzzle(self, run, id_width: int = 0) -> list[str]:
+        """A failing puzzle: its first failure in full, then the other failing configs."""
+        lines = self.failure(run.first_failure, id_width)
+        if run.failed > 1 and run.status != "not_started":
+            others = [f["config"] or f["nodeid"].split("::")[-1]
+                      for f in run.failures if f is not run.first_failure]
+            lines.append(f"  {'also':<{diagnose.LABEL_WIDTH}}fails on "
+                         + ", ".join(f"[{c}]" for c in others))
+        return lines
+
+    def broken(self, chapter: str, runs: dict) -> list[str]:
+        """A chapter file that does not import: one block, not one per puzzle."""
+        first = next(runs[p.id].first_failure for p in self.kit[chapter].puzzles
+                     if p.id in runs and runs[p.id].status == "broken")
+        finding = diagnose.Finding.from_dict(first["findings"][0])
+        count = len(self.kit[chapter].puzzles)
+        return [f"✗ {chapter}  (all {count} puzzles)"] + [
+            "  " + line for line in diagnose.render([finding])]
+
+    def hint_lines(self, puzzle, level: int) -> list[str]:
+        text = catalogue.hint(self.root, puzzle, level)
+        if level == 3 and catalogue.solution_source(self.root, puzzle) is not None:
+            text = self.highlight(text)
+        of = f" of {self.levels}" if level <= self.levels else ""
+        return [f"  hint {level}{of} · {TITLES[level]}"] + [
+            "    " + line if line else "" for line in text.splitlines()]
+
+    # -- the whole run
+    def summary(self, outcome, *, title: str = "Pallas exercises",
+                scoreboard_shown: bool = True, jax_version: str = "?") -> list[Line]:
+        """What follows pytest's own summary for a ``scoreboard.Outcome``: puzzles
+        solved, failing puzzles (with their hints), then the scoreboard."""
+        runs, lines = outcome.runs, []
+        warning, hint_levels = outcome.warning, outcome.hint_levels
+        failing = [p for p in self.puzzles.values()
+                   if p.id in runs and (runs[p.id].failed or runs[p.id].kit_errors)]
+        if warning:
+            lines.append((warning, "yellow"))
+        for puzzle_id in outcome.newly_solved:
+            points = self.puzzles[puzzle_id].points
+            lines.append((f"✓ {puzzle_id}  " + ("solved again" if puzzle_id in outcome.solved_again
+                                                else f"solved · +{points} points"), "green"))
+        if self.hint is not None and not failing:
+            lines += self._no_hint_needed(runs)
+        if failing:
+            lines.append(("Pallas puzzles", "sep="))
+            id_width = max(len(p.id) for p in failing)
+            broken_shown = set()
+            for puzzle in failing:
+                if runs[puzzle.id].status == "broken":  # one block for the chapter
+                    if puzzle.chapter not in broken_shown:
+                        broken_shown.add(puzzle.chapter)
+                        lines += [(line, "") for line in self.broken(puzzle.chapter, runs)]
+                        lines.append(("", ""))
+                    continue
+                block = self.puzzle(runs[puzzle.id], id_width)
+                for level in (hint_levels or {}).get(puzzle.id, []):
+                    block += self.hint_lines(puzzle, level)
+                lines += [(line, "") for line in block]
+                if block and not block[0].startswith("·"):
+                    lines.append(("", ""))
+        if scoreboard_shown:
+            lines.append(("progress", "sep-"))
+            board = scoreboard.render(self.kit, self.progress, runs, outcome.skipped,
+                                      self.command, title, jax_version)
+            lines += [(line, "bold" if i == 0 else "") for i, line in enumerate(board)]
+        return lines
+
+    def command(self, puzzle, hint: bool = True) -> str:
+        test_file = self.root / "exercises" / f"test_{puzzle.chapter}.py"
+        return f"pytest {self._relative(test_file)} -k {puzzle.name}" + (" --hint" if hint else "")
+
+    # -- the pieces
+    def _no_hint_needed(self, runs: dict) -> list[Line]:
+        """--hint on puzzles that all pass: say so, and name the next puzzle."""
+        solved = [pid for pid, run in runs.items() if run.status == "solved"]
+        if not solved:
+            return []
+        stored = (self.progress or {}).get("puzzles", {})
+        unsolved = [p for p in self.puzzles.values()
+                    if stored.get(p.id, {}).get("status") != "solved"
+                    and (p.id not in runs or runs[p.id].status != "solved")]
+        following = next((p for p in unsolved if p.chapter == self.puzzles[solved[0]].chapter),
+                         unsolved[0] if unsolved else None)
+        return [(f"✓ {', '.join(solved)}: solved, so no hint needed."
+                 + (f" Next: {self.command(following, hint=False)}" if following else
+                    " Every puzzle is solved."), "green")]
+
+    def _replay(self, data: dict) -> str:
+        """The command that runs this test again on the same inputs."""
+        test_file = self.root / data["nodeid"].split("::")[0]
+        return f"pytest {self._relative(test_file)} --seed {data['seed']} -k {data['test']}"
+
+    def _more(self, puzzle) -> str:
+        """The command for the next hint, or for all of them once each was seen."""
+        stored = (self.progress or {}).get("puzzles", {}).get(puzzle.id, {}).get("hint", 0)
+        if stored < self.levels:
+            return f"{self.command(puzzle)}   (hint {stored + 1} of {self.levels})"
+        return (f"{self.command(puzzle, hint=False)} --hint={self.levels}"
+                f"   (all {self.levels} hints again)")
+
+    def _how_far(self, puzzle, where: str) -> str:
+        """"not started", or "unfinished" once one of the puzzle's functions is written."""
+        path = where.rpartition(":")[0]
+        stubs = chapters.stubs(self.root / path) if path else {}
+        return "unfinished" if stubs and any(name not in stubs for name in puzzle.edit) \
+            else "not started"
+
+    def _stubs_to_edit(self, puzzle, where: str) -> str:
+        """' — edit exercises/basics.py:60 add_one(), :44 add_one_kernel()': the stub
+        that raised first, then the puzzle's other functions still to write."""
+        if not where:
+            return ""
+        path, _, line = where.rpartition(":")
+        stubs = chapters.stubs(self.root / path)
+        by_line = {n: name for name, n in stubs.items()}
+        raised = by_line.get(int(line))
+        owner = next((p for p in self.puzzles.values()  # a puzzle of the same file
+                      if p.chapter == puzzle.chapter and raised in p.edit), puzzle)
+        todo = [(int(line), raised, owner)] + [
+            (stubs[name], name, puzzle) for name in puzzle.edit
+            if name in stubs and name != raised]
+        shown = self._relative(self.root / path)
+        parts = [f"{shown}:{todo[0][0]}"] + [f":{n}" for n, _, _ in todo[1:]]
+        for i, (_, name, owner) in enumerate(todo):
+            if name:
+                parts[i] += f" {name}()" + ("" if owner is puzzle else f" (from {owner.id})")
+        return " — edit " + ", ".join(parts)
+
+    def _relative(self, path: Path) -> str:
+        try:
+            return os.path.relpath(path, self.here or Path.cwd())
+        except ValueError:
+            return str(path)
