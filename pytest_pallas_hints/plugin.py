@@ -299,8 +299,8 @@ class PallasRun:
 
     def _write_summary(self, tr):
         title = "Pallas exercises (reference solutions)" if self.reference else "Pallas exercises"
-        for text, style in self.screen.summary(
-                self.outcome, title=title, jax_version=_jax_version(),
+        for text, style in terminal.summary(
+                self.screen, self.outcome, title=title, jax_version=_jax_version(),
                 scoreboard_shown=not self.config.getoption("no_scoreboard")):
             if style.startswith("sep"):
                 tr.write_sep(style[3:], text, red=text == "Pallas puzzles")

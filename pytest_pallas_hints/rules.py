@@ -117,50 +117,33 @@ class _Refused(Exception):
         self.node, self.rule = node, rule
 
 
-class _Reader:
-    """Reads one file's tree against the vocabulary; raises ``_Refused`` at the first
-    node that breaks the rule."""
+class _Imports:
+    """What the file imports (module aliases, imported names), and what each listed
+    module may give it."""
 
-    def __init__(self, words: Vocabulary, tree: ast.Module, table: symtable.SymbolTable):
-        self.words, self.tree, self.table = words, tree, table
+    def __init__(self, words: Vocabulary):
+        self.words = words
         self.modules: dict[str, str] = {}   # local name -> the module it names
         self.names: dict[str, str] = {}     # local name -> "module.name" it was imported as
-        self.parent: dict[int, ast.AST] = {}
-        for node in ast.walk(tree):
-            for child in ast.iter_child_nodes(node):
-                self.parent[id(child)] = node
 
-    def read(self) -> list[_Refused]:
-        """Every refusal, each node read once (the earliest line is the one named)."""
+    def read(self, tree: ast.Module) -> list[_Refused]:
         refusals = []
-        for node in self.tree.body:
+        for node in tree.body:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 try:
                     self._import(node)
                 except _Refused as refused:
                     refusals.append(refused)
-        if refusals:
-            return refusals  # the names below mean nothing without their imports
-        for node in ast.walk(self.tree):
-            try:
-                self._node(node)
-            except _Refused as refused:
-                refusals.append(refused)
-        try:
-            self._builtins(self.table)
-        except _Refused as refused:
-            refusals.append(refused)
         return refusals
 
-    # -- imports
     def _import(self, node) -> None:
         if isinstance(node, ast.Import):
             for alias in node.names:
-                self._module_allowed(node, alias.name, f"import {alias.name}")
+                self._allowed(node, alias.name, f"import {alias.name}")
                 if alias.asname:
-                    self._bind_module(node, alias.asname, alias.name)
+                    self._bind(node, alias.asname, alias.name)
                 else:
-                    self._bind_module(node, alias.name.split(".")[0], alias.name.split(".")[0])
+                    self._bind(node, alias.name.split(".")[0], alias.name.split(".")[0])
             return
         if node.level or not node.module:
             raise _Refused(node, "relative imports are not allowed in an exercise file")
@@ -168,22 +151,22 @@ class _Reader:
             if alias.name == "*":
                 raise _Refused(node, "`from ... import *` is not allowed: import names one "
                                      "by one")
-            self._dunder(node, alias.name)
+            _dunder(node, alias.name)
             local = alias.asname or alias.name
             submodule = f"{node.module}.{alias.name}"
-            if submodule in self.words.modules or self._never(submodule):
-                self._module_allowed(node, submodule, f"import {submodule}")
-                self._bind_module(node, local, submodule)
+            if submodule in self.words.modules or self.never(submodule):
+                self._allowed(node, submodule, f"import {submodule}")
+                self._bind(node, local, submodule)
                 continue
-            self._module_allowed(node, node.module, f"from {node.module} import")
-            self._offered(node, node.module, alias.name)
+            self._allowed(node, node.module, f"from {node.module} import")
+            self.offered(node, node.module, alias.name)
             self.names[local] = f"{node.module}.{alias.name}"
 
-    def _never(self, name: str) -> bool:
+    def never(self, name: str) -> bool:
         return any(name == never or name.startswith(never + ".") for never in self.words.never)
 
-    def _module_allowed(self, node, name: str, said: str) -> None:
-        if self._never(name):
+    def _allowed(self, node, name: str, said: str) -> None:
+        if self.never(name):
             raise _Refused(node, f"`{name}` is JAX's own library of kernels: the puzzles are "
                                  "to write them yourself")
         if name not in self.words.modules:
@@ -191,12 +174,16 @@ class _Reader:
             raise _Refused(node, f"`{said}` is not allowed in an exercise file; allowed: "
                                  f"{allowed}")
 
-    def _bind_module(self, node, local: str, module: str) -> None:
+    def _bind(self, node, local: str, module: str) -> None:
         if self.modules.get(local, module) != module or local in self.names:
             raise _Refused(node, f"`{local}` names two things: give each import its own name")
         self.modules[local] = module
 
-    def _offered(self, node, module: str, name: str, shown: str = "") -> None:
+    def is_package(self, name: str) -> bool:
+        """A listed module, or a package on the way to one (jax.experimental)."""
+        return any(m == name or m.startswith(name + ".") for m in self.words.modules)
+
+    def offered(self, node, module: str, name: str, shown: str = "") -> None:
         """``module.name`` must be in the module's vocabulary (``shown``: as written)."""
         real = f"{module}.{name}"
         shown = f"`{shown}` ({real})" if shown and shown != real else f"`{real}`"
@@ -207,21 +194,105 @@ class _Reader:
                                  "an exercise file")
         if name not in self.words.modules.get(module, ()):
             reason = ("it is kept out of the kit's vocabulary (pytest_pallas_hints/"
-                      "vocabulary.toml)" if self._refused(module, name) else
+                      "vocabulary.toml)" if _refused_in(self.words, module, name) else
                       "it is not in the kit's vocabulary (pytest_pallas_hints/vocabulary.toml)")
             if _is_module(module, name):
                 reason = "it is a module that an exercise file may not use"
             raise _Refused(node, f"{shown} is not allowed in an exercise file: {reason}")
 
-    def _is_package(self, name: str) -> bool:
-        """A listed module, or a package on the way to one (jax.experimental)."""
-        return any(m == name or m.startswith(name + ".") for m in self.words.modules)
+    def dotted(self, node) -> str | None:
+        """The module path an attribute chain names: pl.when -> jax.experimental.pallas.when."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        head = self.modules.get(node.id) or self.names.get(node.id)
+        return ".".join([head, *reversed(parts)]) if head else None
 
-    def _refused(self, module: str, name: str) -> bool:
-        return any(fnmatch.fnmatchcase(name, p) for p in self.words.refused.get(module, ()))
 
-    # -- every node
+class _Scopes:
+    """The file's names, scope by scope (symtable): which it binds, and the builtins
+    it reads."""
+
+    def __init__(self, tree: ast.Module, table: symtable.SymbolTable, builtins: frozenset):
+        self.tree, self.table, self.builtins = tree, table, builtins
+        self.top_level = {s.get_name() for s in table.get_symbols() if _binds(s)}
+        self.bound, stack = set(), [table]
+        while stack:
+            scope = stack.pop()
+            self.bound |= {s.get_name() for s in scope.get_symbols()
+                           if _binds(s) or s.is_parameter()}
+            stack.extend(scope.get_children())
+
+    def read(self, table: symtable.SymbolTable | None = None) -> list[_Refused]:
+        """Every name a scope reads that no scope of the file binds is a builtin: it
+        must be one of the listed ones."""
+        table = table or self.table
+        refusals = []
+        for symbol in table.get_symbols():
+            name = symbol.get_name()
+            if not symbol.is_referenced():
+                continue
+            is_global = symbol.is_global() if table.get_type() != "module" else not _binds(symbol)
+            if is_global and name not in self.top_level and name not in self.builtins:
+                node = self._use_in(table, name)
+                if name in REACHING or name.startswith("__"):
+                    refusals.append(_Refused(node, f"`{name}` is not allowed in an exercise "
+                                                   "file (it reaches around the language)"))
+                else:
+                    refusals.append(_Refused(node, f"`{name}` is not a builtin an exercise file "
+                                                   "may use (the kit's vocabulary lists them: "
+                                                   "pytest_pallas_hints/vocabulary.toml)"))
+        for child in table.get_children():
+            refusals += self.read(child)
+        return refusals
+
+    def _use_in(self, table: symtable.SymbolTable, name: str):
+        """The first read of ``name`` in the scope ``table`` describes (for its line)."""
+        if table.get_type() == "module":
+            owners = [self.tree]
+        else:
+            owners = [n for n in ast.walk(self.tree) if isinstance(n, SCOPES)
+                      and n.lineno == table.get_lineno()]
+        for owner in owners:
+            stack = list(ast.iter_child_nodes(owner))
+            while stack:
+                node = stack.pop(0)
+                if isinstance(node, ast.Name) and node.id == name:
+                    return node
+                if not isinstance(node, SCOPES):
+                    stack.extend(ast.iter_child_nodes(node))
+        return next((n for n in ast.walk(self.tree) if isinstance(n, ast.Name) and n.id == name),
+                    self.tree)
+
+
+class _Reader:
+    """Reads one file's tree against the vocabulary: every refusal, each node read once."""
+
+    def __init__(self, words: Vocabulary, tree: ast.Module, table: symtable.SymbolTable):
+        self.words, self.tree = words, tree
+        self.imports = _Imports(words)
+        self.scopes = _Scopes(tree, table, words.builtins)
+        self.parent: dict[int, ast.AST] = {}
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                self.parent[id(child)] = node
+
+    def read(self) -> list[_Refused]:
+        refusals = self.imports.read(self.tree)
+        if refusals:
+            return refusals  # the names below mean nothing without their imports
+        for node in ast.walk(self.tree):
+            try:
+                self._node(node)
+            except _Refused as refused:
+                refusals.append(refused)
+        return refusals + self.scopes.read()
+
     def _node(self, node) -> None:
+        modules = self.imports.modules
         if isinstance(node, ast.Name):
             self._name(node)
         elif isinstance(node, ast.Attribute):
@@ -233,20 +304,16 @@ class _Reader:
                                ast.withitem, ast.comprehension, ast.NamedExpr)):
             for target in _targets(node):
                 self._target(target)
-        elif isinstance(node, ast.FunctionDef):
-            self._dunder(node, node.name)
-            self._not_a_module(node, node.name)
-            for decorator in node.decorator_list:
+        elif isinstance(node, (ast.FunctionDef, ast.arg, ast.ExceptHandler)):
+            name = getattr(node, "name", None) or getattr(node, "arg", None)
+            if name:
+                _dunder(node, name)
+                self._not_a_module(node, name)
+            for decorator in getattr(node, "decorator_list", ()):
                 self._decorator(decorator)
-        elif isinstance(node, ast.arg):
-            self._dunder(node, node.arg)
-            self._not_a_module(node, node.arg)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            self._dunder(node, node.name)
-            self._not_a_module(node, node.name)
         elif isinstance(node, ast.Global):
             for name in node.names:
-                if name in self.modules or name not in self._module_scope:
+                if name in modules or name not in self.scopes.top_level:
                     raise _Refused(node, f"`global {name}`: a function may only declare "
                                          "global a name this file defines at its top level")
         elif isinstance(node, ast.keyword) and node.arg in KEYWORDS:
@@ -262,8 +329,8 @@ class _Reader:
                                  "(their patterns read attributes by name): use if/elif")
 
     def _name(self, node: ast.Name) -> None:
-        self._dunder(node, node.id)
-        if node.id in self.modules:
+        _dunder(node, node.id)
+        if node.id in self.imports.modules:
             up = self.parent.get(id(node))
             if not (isinstance(node.ctx, ast.Load) and isinstance(up, ast.Attribute)
                     and up.value is node):
@@ -280,7 +347,7 @@ class _Reader:
             parts.append(base.attr)
             base = base.value
         parts.reverse()
-        module = self.modules.get(base.id) if isinstance(base, ast.Name) else None
+        module = self.imports.modules.get(base.id) if isinstance(base, ast.Name) else None
         path = base.id if module else ""
         for i, attribute in enumerate(parts):
             if attribute.startswith("_"):
@@ -296,13 +363,13 @@ class _Reader:
                                          "pytest_pallas_hints/vocabulary.toml)")
                 continue
             path = f"{path}.{attribute}"
-            if self._is_package(f"{module}.{attribute}"):
+            if self.imports.is_package(f"{module}.{attribute}"):
                 module = f"{module}.{attribute}"
                 if i == len(parts) - 1:
                     raise _Refused(node, f"`{path}` is a module: use it only as the start of "
                                          f"a name, as in `{path}.<name>`, never as a value")
                 continue
-            self._offered(node, module, attribute, path)
+            self.imports.offered(node, module, attribute, path)
             module = None
         if isinstance(node.ctx, (ast.Store, ast.Del)):
             raise _Refused(node, "assigning to or deleting an attribute is not allowed in an "
@@ -322,99 +389,38 @@ class _Reader:
             while isinstance(base, ast.Subscript) or (isinstance(base, ast.Attribute)
                                                       and base.attr == "at"):
                 base = base.value
-            if not (isinstance(base, ast.Name) and base.id not in self.modules
-                    and base.id in self._every_binding):
+            if not (isinstance(base, ast.Name) and base.id not in self.imports.modules
+                    and base.id in self.scopes.bound):
                 raise _Refused(target, "a store into something this file did not make is not "
                                        "allowed: store into your refs and arrays only "
                                        "(o_ref[...] = value)")
         # an Attribute target is refused where the attribute is read (_attribute)
 
     def _not_a_module(self, node, name: str) -> None:
-        if name in self.modules:
+        if name in self.imports.modules:
             raise _Refused(node, f"`{name}` is a module imported above: give this another "
                                  "name")
 
-    def _dunder(self, node, name: str) -> None:
-        if name.startswith("__"):
-            raise _Refused(node, f"`{name}`: dunder names are not allowed in an exercise file")
-
     def _decorator(self, decorator) -> None:
         callee = decorator.func if isinstance(decorator, ast.Call) else decorator
-        named = self._dotted(callee)
-        if named in self.words.decorators:
+        if self.imports.dotted(callee) in self.words.decorators:
             return
         if (isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name)
-                and callee.value.id not in self.modules
+                and callee.value.id not in self.imports.modules
                 and f"<function>.{callee.attr}" in self.words.decorators):
             return
         allowed = ", ".join(sorted(d.rpartition(".")[2] for d in self.words.decorators))
         raise _Refused(decorator, f"`@{ast.unparse(callee)}` is not a decorator an exercise "
                                   f"file may use (allowed: {allowed})")
 
-    def _dotted(self, node) -> str | None:
-        """The module path an attribute chain names: pl.when -> jax.experimental.pallas.when."""
-        parts = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        if not isinstance(node, ast.Name):
-            return None
-        head = self.modules.get(node.id) or self.names.get(node.id)
-        return ".".join([head, *reversed(parts)]) if head else None
 
-    # -- names and scopes
-    @functools.cached_property
-    def _module_scope(self) -> set[str]:
-        return {s.get_name() for s in self.table.get_symbols()
-                if s.is_assigned() or s.is_imported() or _defines(s)}
+def _dunder(node, name: str) -> None:
+    if name.startswith("__"):
+        raise _Refused(node, f"`{name}`: dunder names are not allowed in an exercise file")
 
-    @functools.cached_property
-    def _every_binding(self) -> set[str]:
-        found, stack = set(), [self.table]
-        while stack:
-            table = stack.pop()
-            found |= {s.get_name() for s in table.get_symbols()
-                      if s.is_assigned() or s.is_imported() or s.is_parameter() or _defines(s)}
-            stack.extend(table.get_children())
-        return found
 
-    def _builtins(self, table: symtable.SymbolTable) -> None:
-        """Every name a scope reads that no scope of the file binds is a builtin: it
-        must be one of the listed ones."""
-        for symbol in table.get_symbols():
-            name = symbol.get_name()
-            if not symbol.is_referenced():
-                continue
-            is_global = symbol.is_global() if table.get_type() != "module" else not (
-                symbol.is_assigned() or symbol.is_imported() or _defines(symbol))
-            if is_global and name not in self._module_scope and name not in self.words.builtins:
-                node = self._use_in(table, name)
-                if name in REACHING or name.startswith("__"):
-                    raise _Refused(node, f"`{name}` is not allowed in an exercise file (it "
-                                         "reaches around the language)")
-                raise _Refused(node, f"`{name}` is not a builtin an exercise file may use "
-                                     "(the kit's vocabulary lists them: pytest_pallas_hints/"
-                                     "vocabulary.toml)")
-        for child in table.get_children():
-            self._builtins(child)
-
-    def _use_in(self, table: symtable.SymbolTable, name: str):
-        """The first read of ``name`` in the scope ``table`` describes (for its line)."""
-        if table.get_type() == "module":
-            owners = [self.tree]
-        else:
-            owners = [n for n in ast.walk(self.tree) if isinstance(n, SCOPES)
-                      and n.lineno == table.get_lineno()]
-        for owner in owners:
-            stack = list(ast.iter_child_nodes(owner))
-            while stack:
-                node = stack.pop(0)
-                if isinstance(node, ast.Name) and node.id == name:
-                    return node
-                if not isinstance(node, SCOPES):
-                    stack.extend(ast.iter_child_nodes(node))
-        return next((n for n in ast.walk(self.tree) if isinstance(n, ast.Name) and n.id == name),
-                    self.tree)
+def _binds(symbol: symtable.Symbol) -> bool:
+    return symbol.is_assigned() or symbol.is_imported() or _defines(symbol)
 
 
 def _targets(node) -> list:

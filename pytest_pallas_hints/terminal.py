@@ -97,67 +97,11 @@ class Screen:
         return [f"  hint {level}{of} · {TITLES[level]}"] + [
             "    " + line if line else "" for line in text.splitlines()]
 
-    # -- the whole run
-    def summary(self, outcome, *, title: str = "Pallas exercises",
-                scoreboard_shown: bool = True, jax_version: str = "?") -> list[Line]:
-        """What follows pytest's own summary for a ``scoreboard.Outcome``: puzzles
-        solved, failing puzzles (with their hints), then the scoreboard."""
-        runs, lines = outcome.runs, []
-        warning, hint_levels = outcome.warning, outcome.hint_levels
-        failing = [p for p in self.puzzles.values()
-                   if p.id in runs and (runs[p.id].failed or runs[p.id].kit_errors)]
-        if warning:
-            lines.append((warning, "yellow"))
-        for puzzle_id in outcome.newly_solved:
-            points = self.puzzles[puzzle_id].points
-            lines.append((f"✓ {puzzle_id}  " + ("solved again" if puzzle_id in outcome.solved_again
-                                                else f"solved · +{points} points"), "green"))
-        if self.hint is not None and not failing:
-            lines += self._no_hint_needed(runs)
-        if failing:
-            lines.append(("Pallas puzzles", "sep="))
-            id_width = max(len(p.id) for p in failing)
-            broken_shown = set()
-            for puzzle in failing:
-                if runs[puzzle.id].status == "broken":  # one block for the chapter
-                    if puzzle.chapter not in broken_shown:
-                        broken_shown.add(puzzle.chapter)
-                        lines += [(line, "") for line in self.broken(puzzle.chapter, runs)]
-                        lines.append(("", ""))
-                    continue
-                block = self.puzzle(runs[puzzle.id], id_width)
-                for level in (hint_levels or {}).get(puzzle.id, []):
-                    block += self.hint_lines(puzzle, level)
-                lines += [(line, "") for line in block]
-                if block and not block[0].startswith("·"):
-                    lines.append(("", ""))
-        if scoreboard_shown:
-            lines.append(("progress", "sep-"))
-            board = scoreboard.render(self.kit, self.progress, runs, outcome.skipped,
-                                      self.command, title, jax_version)
-            lines += [(line, "bold" if i == 0 else "") for i, line in enumerate(board)]
-        return lines
-
     def command(self, puzzle, hint: bool = True) -> str:
         test_file = self.root / "exercises" / f"test_{puzzle.chapter}.py"
         return f"pytest {self._relative(test_file)} -k {puzzle.name}" + (" --hint" if hint else "")
 
     # -- the pieces
-    def _no_hint_needed(self, runs: dict) -> list[Line]:
-        """--hint on puzzles that all pass: say so, and name the next puzzle."""
-        solved = [pid for pid, run in runs.items() if run.status == "solved"]
-        if not solved:
-            return []
-        stored = (self.progress or {}).get("puzzles", {})
-        unsolved = [p for p in self.puzzles.values()
-                    if stored.get(p.id, {}).get("status") != "solved"
-                    and (p.id not in runs or runs[p.id].status != "solved")]
-        following = next((p for p in unsolved if p.chapter == self.puzzles[solved[0]].chapter),
-                         unsolved[0] if unsolved else None)
-        return [(f"✓ {', '.join(solved)}: solved, so no hint needed."
-                 + (f" Next: {self.command(following, hint=False)}" if following else
-                    " Every puzzle is solved."), "green")]
-
     def _replay(self, data: dict) -> str:
         """The command that runs this test again on the same inputs."""
         test_file = self.root / data["nodeid"].split("::")[0]
@@ -204,3 +148,62 @@ class Screen:
             return os.path.relpath(path, self.here or Path.cwd())
         except ValueError:
             return str(path)
+
+
+# ------------------------------------------------------------- the whole run ---
+
+def summary(screen: Screen, outcome, *, title: str = "Pallas exercises",
+            scoreboard_shown: bool = True, jax_version: str = "?") -> list[Line]:
+    """What follows pytest's own summary for a ``scoreboard.Outcome``: puzzles
+    solved, failing puzzles (with their hints), then the scoreboard."""
+    runs, lines = outcome.runs, []
+    warning, hint_levels = outcome.warning, outcome.hint_levels
+    failing = [p for p in screen.puzzles.values()
+               if p.id in runs and (runs[p.id].failed or runs[p.id].kit_errors)]
+    if warning:
+        lines.append((warning, "yellow"))
+    for puzzle_id in outcome.newly_solved:
+        points = screen.puzzles[puzzle_id].points
+        lines.append((f"✓ {puzzle_id}  " + ("solved again" if puzzle_id in outcome.solved_again
+                                            else f"solved · +{points} points"), "green"))
+    if screen.hint is not None and not failing:
+        lines += _no_hint_needed(screen, runs)
+    if failing:
+        lines.append(("Pallas puzzles", "sep="))
+        id_width = max(len(p.id) for p in failing)
+        broken_shown = set()
+        for puzzle in failing:
+            if runs[puzzle.id].status == "broken":  # one block for the chapter
+                if puzzle.chapter not in broken_shown:
+                    broken_shown.add(puzzle.chapter)
+                    lines += [(line, "") for line in screen.broken(puzzle.chapter, runs)]
+                    lines.append(("", ""))
+                continue
+            block = screen.puzzle(runs[puzzle.id], id_width)
+            for level in (hint_levels or {}).get(puzzle.id, []):
+                block += screen.hint_lines(puzzle, level)
+            lines += [(line, "") for line in block]
+            if block and not block[0].startswith("·"):
+                lines.append(("", ""))
+    if scoreboard_shown:
+        lines.append(("progress", "sep-"))
+        board = scoreboard.render(screen.kit, screen.progress, runs, outcome.skipped,
+                                  screen.command, title, jax_version)
+        lines += [(line, "bold" if i == 0 else "") for i, line in enumerate(board)]
+    return lines
+
+
+def _no_hint_needed(screen: Screen, runs: dict) -> list[Line]:
+    """--hint on puzzles that all pass: say so, and name the next puzzle."""
+    solved = [pid for pid, run in runs.items() if run.status == "solved"]
+    if not solved:
+        return []
+    stored = (screen.progress or {}).get("puzzles", {})
+    unsolved = [p for p in screen.puzzles.values()
+                if stored.get(p.id, {}).get("status") != "solved"
+                and (p.id not in runs or runs[p.id].status != "solved")]
+    following = next((p for p in unsolved if p.chapter == screen.puzzles[solved[0]].chapter),
+                     unsolved[0] if unsolved else None)
+    return [(f"✓ {', '.join(solved)}: solved, so no hint needed."
+             + (f" Next: {screen.command(following, hint=False)}" if following else
+                " Every puzzle is solved."), "green")]

@@ -343,12 +343,8 @@ class Walk:
             self.ledger.wait(jaxcompat.dma_refs(eqn, values, UNKNOWN), eqn,
                              into=jaxcompat.dma_copy(eqn)[1])
             return unknown
-        if name == "cond":
-            return self.cond(eqn, values)
-        if name == "while":
-            return self.while_loop(eqn, values)
-        if name == "scan":
-            return self.scan(eqn, values)
+        if name in _CONTROL:
+            return _CONTROL[name](self, eqn, values)
         if name == "run_scoped":
             jaxpr, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
             scope = [_fresh(var) for var in jaxpr.invars]
@@ -397,72 +393,79 @@ class Walk:
             ref.value = array
         return [old] if name == "swap" else []
 
-    def cond(self, eqn, values):
-        which, operands = values[0], values[1:]
-        branches = eqn.params["branches"]
-        if which is not UNKNOWN:
-            branch = branches[int(np.clip(which, 0, len(branches) - 1))]
-            jaxpr, consts = jaxcompat.open_jaxpr(branch)
-            return self.run(jaxpr, consts, operands)
-        if any(_moves_data(jaxcompat.open_jaxpr(b)[0]) for b in branches):
-            raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
-                              "kernel loaded, with a DMA start or wait inside")
-        counted, written, ran = [], [], {}
-        for branch in branches:
-            walk = Walk(self.grid, self.point)
-            jaxpr, consts = jaxcompat.open_jaxpr(branch)
-            copies = [_Ref(v.value, v.aval, v.operand) if isinstance(v, _Ref) else v
-                      for v in operands]
-            walk.run(jaxpr, consts, copies)
-            counted.append((walk.counts.flops, sorted(walk.counts.dmas)))
-            written.append(copies)
-            for name, times in walk.counts.executed.items():   # the busier branch
-                ran[name] = max(ran.get(name, 0), times)
-        for name, times in ran.items():
-            self.counts.executed[name] = self.counts.executed.get(name, 0) + times
-            if self.ledger.in_flight:
-                self.counts.overlapped[name] = self.counts.overlapped.get(name, 0) + times
-        if any(c != counted[0] for c in counted):
-            raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
-                              "kernel loaded, with dots or DMAs inside")
-        self.counts.flops += counted[0][0]
-        self.counts.dmas += counted[0][1]
-        for n, ref in enumerate(operands):   # a ref is known after the branch only if
-            if isinstance(ref, _Ref):        # every branch leaves it the same
-                after = [copies[n].value for copies in written]
-                same = all(_same(a, after[0]) for a in after)
-                ref.value = after[0] if same else UNKNOWN
-        return [UNKNOWN] * len(eqn.outvars)
+def _cond(outer: Walk, eqn, values) -> list:
+    """A cond (pl.when): the branch its known condition picks; on an unknown one,
+    every branch, which must then agree on the work and the copies."""
+    which, operands = values[0], values[1:]
+    branches = eqn.params["branches"]
+    if which is not UNKNOWN:
+        branch = branches[int(np.clip(which, 0, len(branches) - 1))]
+        jaxpr, consts = jaxcompat.open_jaxpr(branch)
+        return outer.run(jaxpr, consts, operands)
+    if any(_moves_data(jaxcompat.open_jaxpr(b)[0]) for b in branches):
+        raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
+                          "kernel loaded, with a DMA start or wait inside")
+    counted, written, ran = [], [], {}
+    for branch in branches:
+        walk = Walk(outer.grid, outer.point)
+        jaxpr, consts = jaxcompat.open_jaxpr(branch)
+        copies = [_Ref(v.value, v.aval, v.operand) if isinstance(v, _Ref) else v
+                  for v in operands]
+        walk.run(jaxpr, consts, copies)
+        counted.append((walk.counts.flops, sorted(walk.counts.dmas)))
+        written.append(copies)
+        for name, times in walk.counts.executed.items():   # the busier branch
+            ran[name] = max(ran.get(name, 0), times)
+    for name, times in ran.items():
+        outer.counts.executed[name] = outer.counts.executed.get(name, 0) + times
+        if outer.ledger.in_flight:
+            outer.counts.overlapped[name] = outer.counts.overlapped.get(name, 0) + times
+    if any(c != counted[0] for c in counted):
+        raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
+                          "kernel loaded, with dots or DMAs inside")
+    outer.counts.flops += counted[0][0]
+    outer.counts.dmas += counted[0][1]
+    for n, ref in enumerate(operands):   # a ref is known after the branch only if
+        if isinstance(ref, _Ref):        # every branch leaves it the same
+            after = [copies[n].value for copies in written]
+            same = all(_same(a, after[0]) for a in after)
+            ref.value = after[0] if same else UNKNOWN
+    return [UNKNOWN] * len(eqn.outvars)
 
-    def while_loop(self, eqn, values):
-        p = eqn.params
-        cond_consts = values[:p["cond_nconsts"]]
-        body_consts = values[p["cond_nconsts"]:p["cond_nconsts"] + p["body_nconsts"]]
-        carry = values[p["cond_nconsts"] + p["body_nconsts"]:]
-        cond_jaxpr, cond_c = jaxcompat.open_jaxpr(p["cond_jaxpr"])
-        body_jaxpr, body_c = jaxcompat.open_jaxpr(p["body_jaxpr"])
-        for _ in range(1 << 20):
-            go = self.run(cond_jaxpr, cond_c, [*cond_consts, *carry])[0]
-            if go is UNKNOWN:
-                if not _counts_anything(body_jaxpr):
-                    return [UNKNOWN] * len(eqn.outvars)
-                raise Uncountable("a loop whose bound depends on data the kernel loaded")
-            if not bool(go):
-                return carry
-            carry = self.run(body_jaxpr, body_c, [*body_consts, *carry])
-        raise Uncountable("a loop that ran more than a million times")
+def _while(outer: Walk, eqn, values) -> list:
+    """A while loop (fori_loop with a traced bound): run while its condition is known."""
+    p = eqn.params
+    cond_consts = values[:p["cond_nconsts"]]
+    body_consts = values[p["cond_nconsts"]:p["cond_nconsts"] + p["body_nconsts"]]
+    carry = values[p["cond_nconsts"] + p["body_nconsts"]:]
+    cond_jaxpr, cond_c = jaxcompat.open_jaxpr(p["cond_jaxpr"])
+    body_jaxpr, body_c = jaxcompat.open_jaxpr(p["body_jaxpr"])
+    for _ in range(1 << 20):
+        go = outer.run(cond_jaxpr, cond_c, [*cond_consts, *carry])[0]
+        if go is UNKNOWN:
+            if not _counts_anything(body_jaxpr):
+                return [UNKNOWN] * len(eqn.outvars)
+            raise Uncountable("a loop whose bound depends on data the kernel loaded")
+        if not bool(go):
+            return carry
+        carry = outer.run(body_jaxpr, body_c, [*body_consts, *carry])
+    raise Uncountable("a loop that ran more than a million times")
 
-    def scan(self, eqn, values):
-        num_consts, num_carry = jaxcompat.scan_layout(eqn)
-        consts, carry = values[:num_consts], values[num_consts:num_consts + num_carry]
-        xs = values[num_consts + num_carry:]
-        jaxpr, jaxpr_consts = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
-        length = int(eqn.params["length"])
-        steps = range(length - 1, -1, -1) if eqn.params.get("reverse") else range(length)
-        for i in steps:
-            x = [UNKNOWN if v is UNKNOWN else np.asarray(v)[i] for v in xs]
-            carry = self.run(jaxpr, jaxpr_consts, [*consts, *carry, *x])[:num_carry]
-        return list(carry) + [UNKNOWN] * (len(eqn.outvars) - num_carry)
+def _scan(outer: Walk, eqn, values) -> list:
+    """A scan (fori_loop with static bounds): every iteration, in order."""
+    num_consts, num_carry = jaxcompat.scan_layout(eqn)
+    consts, carry = values[:num_consts], values[num_consts:num_consts + num_carry]
+    xs = values[num_consts + num_carry:]
+    jaxpr, jaxpr_consts = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
+    length = int(eqn.params["length"])
+    steps = range(length - 1, -1, -1) if eqn.params.get("reverse") else range(length)
+    for i in steps:
+        x = [UNKNOWN if v is UNKNOWN else np.asarray(v)[i] for v in xs]
+        carry = outer.run(jaxpr, jaxpr_consts, [*consts, *carry, *x])[:num_carry]
+    return list(carry) + [UNKNOWN] * (len(eqn.outvars) - num_carry)
+
+
+_CONTROL = {"cond": _cond, "while": _while, "scan": _scan}
 
 
 def _past_the_end(index, shape) -> str:

@@ -43,10 +43,10 @@ class Watcher:
         self.root, self.out, self.pytest_args = root, out or sys.stdout, tuple(pytest_args)
         self.kit = catalogue.load(root)
         self.screen = terminal.Screen(root, self.kit, here=Path.cwd())
-        self.named = self._puzzle(chapter, puzzle)
+        self.named = _named(self.kit, chapter, puzzle)
         chapter = chapter or (self.named.chapter if self.named else next(iter(self.kit)))
         self.current = self.named or self._first_unsolved(chapter)
-        self.seen = self._mtimes()
+        self.seen = _mtimes(root)
 
     # -- one check
     def check(self, puzzles: list, *, hint: bool = False) -> scoreboard.Outcome | None:
@@ -60,7 +60,7 @@ class Watcher:
                 "--rootdir", str(self.root), "-c", str(self.root / "pyproject.toml"), "-q",
                 "-p", "no:randomly", *(["--hint"] if hint else []), *self.pytest_args]
         grab = _Outcome()
-        self._forget_modules()
+        _forget_modules(self.root)
         quiet = io.StringIO()
         try:
             with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
@@ -98,7 +98,7 @@ class Watcher:
         for level in levels:
             self._print("\n".join(self.screen.hint_lines(self.current, level)))
         self._print("")
-        self._print(self._progress_line(outcome))
+        self._print(_progress_line(self.screen, outcome, self.current.chapter))
         following = self._first_unsolved(self.current.chapter, after=self.current)
         if runs.get(self.current.id) and runs[self.current.id].status == "solved" \
                 and following is not None:
@@ -122,7 +122,8 @@ class Watcher:
             return False
         if key == "n":
             self.named = None
-            self.current = self._next_puzzle(self.current)
+            order = list(catalogue.puzzles(self.kit).values())
+            self.current = order[(order.index(self.current) + 1) % len(order)]
             self.run_current()
         elif key == "a":
             chapter = self.kit[self.current.chapter].puzzles
@@ -160,30 +161,12 @@ class Watcher:
 
     # -- the pieces
     def _saved_chapter(self) -> str | None:
-        now = self._mtimes()
+        now = _mtimes(self.root)
         changed = [path for path, mtime in now.items() if self.seen.get(path) != mtime]
         self.seen = now
         names = [Path(p).stem for p in changed if Path(p).stem in self.kit]
         return names[0] if names else None
 
-    def _mtimes(self) -> dict[str, float]:
-        found = {}
-        for path in (self.root / "exercises").glob("*.py"):
-            try:
-                found[str(path)] = path.stat().st_mtime_ns
-            except OSError:
-                continue
-        return found
-
-    def _puzzle(self, chapter, puzzle):
-        if puzzle is None:
-            return None
-        wanted = puzzle if "." in puzzle else f"{chapter}.{puzzle}"
-        found = catalogue.puzzles(self.kit).get(wanted)
-        if found is None:
-            raise SystemExit(f"pallas watch: no puzzle {wanted!r}; the puzzles of "
-                             f"{chapter}: {', '.join(p.name for p in self.kit[chapter].puzzles)}")
-        return found
 
     def _first_unsolved(self, chapter: str, after=None):
         stored = scoreboard.load(self.root)[0]["puzzles"]
@@ -193,25 +176,6 @@ class Watcher:
         todo = [p for p in puzzles if stored.get(p.id, {}).get("status") != "solved"]
         return todo[0] if todo else (None if after is not None else puzzles[0])
 
-    def _next_puzzle(self, puzzle):
-        order = list(catalogue.puzzles(self.kit).values())
-        return order[(order.index(puzzle) + 1) % len(order)]
-
-    def _progress_line(self, outcome) -> str:
-        board = scoreboard.render(self.kit, outcome.progress, outcome.runs, outcome.skipped,
-                                  self.screen.command)
-        chapter = next((line.strip() for line in board[1:]
-                        if line.strip().startswith(self.current.chapter + " ")), "")
-        return board[0] + (f"   {' '.join(chapter.split()[:3])}" if chapter else "")
-
-    def _forget_modules(self) -> None:
-        """Drops the learner's and the tests' modules: the next run imports them afresh."""
-        folders = {str(self.root / "exercises"), str(self.root / "reference")}
-        for name, module in list(sys.modules.items()):
-            where = os.path.dirname(getattr(module, "__file__", None) or "")
-            if where in folders or name.split(".")[0] in ("exercises", "reference"):
-                del sys.modules[name]
-
     def _clear(self) -> None:
         if getattr(self.out, "isatty", lambda: False)():
             self.out.write("\033[2J\033[H")
@@ -219,6 +183,47 @@ class Watcher:
     def _print(self, text: str) -> None:
         self.out.write(text + "\n")
         self.out.flush()
+
+
+def _progress_line(screen: terminal.Screen, outcome, chapter: str) -> str:
+    """'Pallas exercises · 3 of 44 puzzles · 30 / 720 points   basics ███░░░░░░░ 3/9'."""
+    board = scoreboard.render(screen.kit, outcome.progress, outcome.runs, outcome.skipped,
+                              screen.command)
+    mine = next((line.strip() for line in board[1:] if line.strip().startswith(chapter + " ")),
+                "")
+    return board[0] + (f"   {' '.join(mine.split()[:3])}" if mine else "")
+
+
+def _named(kit: dict, chapter: str | None, puzzle: str | None):
+    """The puzzle asked for on the command line (``name`` or ``chapter.name``), if any."""
+    if puzzle is None:
+        return None
+    wanted = puzzle if "." in puzzle else f"{chapter}.{puzzle}"
+    found = catalogue.puzzles(kit).get(wanted)
+    if found is None:
+        raise SystemExit(f"pallas watch: no puzzle {wanted!r}; the puzzles of {chapter}: "
+                         f"{', '.join(p.name for p in kit[chapter].puzzles)}")
+    return found
+
+
+def _mtimes(root: Path) -> dict[str, int]:
+    """When each exercise file was last saved."""
+    found = {}
+    for path in (root / "exercises").glob("*.py"):
+        try:
+            found[str(path)] = path.stat().st_mtime_ns
+        except OSError:
+            continue
+    return found
+
+
+def _forget_modules(root: Path) -> None:
+    """Drops the learner's and the tests' modules: the next run imports them afresh."""
+    folders = {str(root / "exercises"), str(root / "reference")}
+    for name, module in list(sys.modules.items()):
+        where = os.path.dirname(getattr(module, "__file__", None) or "")
+        if where in folders or name.split(".")[0] in ("exercises", "reference"):
+            del sys.modules[name]
 
 
 class _Outcome:
