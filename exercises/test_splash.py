@@ -253,16 +253,18 @@ def dot_flops(steps, block_q, block_kv, H):
     return steps * 2 * 2 * block_q * block_kv * H
 
 
-def long_prompt(T, S, block_kv):
+def long_prompt(T, S, block_kv, shorter=0):
     """Every query sees a prompt that ends half-way through the third kv block from the
-    end: full tiles, one partial tile, then two empty ones (T <= the prompt)."""
-    return causal(T, S, prefix=S - 2 * block_kv - block_kv // 2)
+    end (`shorter` blocks earlier): full tiles, one partial tile, then empty ones (the
+    queries, T <= the prompt, see nothing past it)."""
+    return causal(T, S, prefix=S - (2 + shorter) * block_kv - block_kv // 2)
 
 
-# The masks of the kernel puzzles' configurations, from (rng, T, S, block_q, block_kv).
-MASKS = {"causal": lambda rng, T, S, bq, bkv: causal(T, S),
-         "random": lambda rng, T, S, bq, bkv: random_blocks(rng, T, S, bq, bkv),
-         "prompt": lambda rng, T, S, bq, bkv: long_prompt(T, S, bkv)}
+# The masks of the kernel puzzles' configurations, from (rng, T, S, block_q, block_kv);
+# head: which head of a mask per head (the prompts differ in length from head to head).
+MASKS = {"causal": lambda rng, T, S, bq, bkv, head=0: causal(T, S),
+         "random": lambda rng, T, S, bq, bkv, head=0: random_blocks(rng, T, S, bq, bkv),
+         "prompt": lambda rng, T, S, bq, bkv, head=0: long_prompt(T, S, bkv, 5 * head)}
 
 # How the scores of each configuration are spread (inputs' scale and shift): wide, so
 # that the running max moves; on the long configurations, near one another (many keys
@@ -548,17 +550,22 @@ def sparse_structure(B, N, T, H, tables):
                  id="B=1 N=4 K=2 T=128 S=512 H=64 block_q=64 a mask per head"),
     pytest.param(1, 1, 1, 128, 384, 128, 128, 128, "causal", "distinct", "bfloat16",
                  id="N=K=1 T=128 S=384 H=128 bf16 keys j<=i (one q block, one visit)"),
+    pytest.param(1, 2, 1, 64, 2048, 128, 64, 128, "prompt", "distinct", "bfloat16",
+                 id="B=1 N=2 K=1 T=64 S=2048 H=128 bf16 long prompts (14 and 9 visits), "
+                    "scores shifted by 100"),
     pytest.param(2, 8, 2, 4096, 4096, 128, 512, 512, "causal", "distinct", "bfloat16",
                  id="B=2 N=8 K=2 T=S=4096 bf16 keys j<=i-tpu", marks=on_tpu),
 ])
 def test_sparse_grid(B, N, K, T, S, H, block_q, block_kv, shape, store, dtype, rng):
     """splash_call on tables made here: right values, the work of the visited steps
-    only, and K/V bytes of the visited blocks once per q head."""
-    q, k, v = inputs(rng, B, N, K, T, S, H, dtype, scale=3.0)
+    only, and K/V bytes of the visited blocks, each copied once where the tables name
+    it. The masks are one per head (but the causal one): their lists differ in length,
+    so the shorter ones end in padding steps."""
+    q, k, v = inputs(rng, B, N, K, T, S, H, dtype, **SCORES[shape])
     if shape == "causal":
         mask = causal(T, S)
     else:
-        mask = np.stack([random_blocks(rng, T, S, block_q, block_kv) for _ in range(N)])
+        mask = np.stack([MASKS[shape](rng, T, S, block_q, block_kv, head=n) for n in range(N)])
     tables = tables_for(mask, N, block_q, block_kv, store=store)
     ran = measure(splash.splash_call, q, k, v, *tables, structure=sparse_structure(
         B, N, T, H, tables))
@@ -573,15 +580,17 @@ def test_sparse_grid(B, N, K, T, S, H, block_q, block_kv, shape, store, dtype, r
                   "mask_from_kv_index": wrong(
                       mask_of=lambda n, i, j: data_next[n, i, j] % len(tables[3])),
                   "head_modulo": lambda: attention(q, k, v, mask,
-                                                   head_of=lambda n: n % K).astype(dtype)})
+                                                   head_of=lambda n: n % K).astype(dtype),
+                  "l_not_rescaled": wrong(l_rescaled=False),
+                  "full_masked": wrong(full_masked=True)})
     if is_tpu_size(B, N, T, S):
         return
     steps = B * int((block_mask != EMPTY).sum())
     check_work(ran, flops=dot_flops(steps, block_q, block_kv, H),
                likely={"padding_steps": dot_flops(B * block_mask.size, block_q, block_kv, H)})
     itemsize = q.dtype.itemsize
-    kv = kv_budget(tables, B, block_kv, H, itemsize)
-    check_kv_traffic(ran, kv)
+    kv = kv_copies(tables, B, K, block_kv, H, itemsize)
+    check_kv_traffic(ran, k, v, kv)
     check_traffic(ran, reference=2 * q.nbytes + kv + mask_budget(tables, B),
                   minimum=2 * q.nbytes + needed_kv(tables, B, K, block_kv, H, itemsize))
     lowers_for_tpu(ran)
