@@ -199,14 +199,15 @@ def attention(q, k, v, mask, *, sm_scale=None, head_of=None):
 
 
 def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None, l_rescaled=True,
-              full_masked=False):
+              full_masked=False, folded=(FULL, PARTIAL)):
     """o in float64 of a kernel that follows tables = (data_next, block_mask, mask_next,
     mask_blocks) step by step, folding each visited block into a running max, sum and
     accumulator as online_softmax_step does (a query that sees no key gets 0). Known
     wrong kernels: kv_of(n, i, j) / mask_of(n, i, j) replace the kv block and the stored
     mask block a step reads (a wrong index map); l_rescaled=False leaves the running sum
     unconverted when the max moves (l + sum(p), not alpha * l + sum(p)); full_masked
-    applies the stored block mask_next names on FULL steps too."""
+    applies the stored block mask_next names on FULL steps too; folded: the categories
+    of the steps folded (the others are skipped)."""
     data_next, block_mask, mask_next, mask_blocks = tables
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     (B, N, T, H), K = q.shape, k.shape[1]
@@ -218,7 +219,7 @@ def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None, l_res
         m, l, acc = np.full((block_q, 1), -np.inf), np.zeros((block_q, 1)), np.zeros((block_q, H))
         for j in range(data_next.shape[-1]):
             category = block_mask[n, i, j]
-            if category == EMPTY:
+            if category not in folded:
                 continue
             kv = kv_of(n, i, j) if kv_of else data_next[n, i, j]
             cols = slice(kv * block_kv, (kv + 1) * block_kv)
@@ -491,13 +492,6 @@ def previous_filled(data_next, padding):
 
 
 # 5 -------------------------------------------------------------------------
-def kv_budget(tables, B, block_kv, H, itemsize):
-    """K and V bytes when each q head fetches its visited blocks once each (a head with
-    nothing to visit still fetches one block)."""
-    visited = (tables[1] != EMPTY).reshape(tables[1].shape[0], -1).sum(axis=1)
-    return 2 * B * int(np.maximum(visited, 1).sum()) * block_kv * H * itemsize
-
-
 def mask_budget(tables, B):
     """Mask bytes when each head fetches a stored block only for its partial steps."""
     partial = (tables[1] == PARTIAL).reshape(tables[1].shape[0], -1).sum(axis=1)
@@ -653,22 +647,29 @@ def padded(n, block):
                  id="T=5 S=7 H=8 (blocks shrink to 8)"),
     pytest.param(1, 4, 2, 100, 300, 64, 64, 128, "per head", "float32",
                  id="B=1 N=4 K=2 T=100 S=300 H=64 block_q=64 a mask per head"),
-    pytest.param(2, 2, 1, 256, 256, 128, 128, 128, "random", "bfloat16",
-                 id="B=2 N=2 K=1 T=S=256 H=128 bf16 one mask"),
+    pytest.param(2, 2, 1, 64, 2000, 128, 64, 128, "long", "bfloat16",
+                 id="B=2 N=2 K=1 T=64 S=2000 H=128 bf16 one mask (16 kv steps), scores "
+                    "shifted by 100"),
     pytest.param(2, 8, 2, 4096, 4096, 128, 512, 512, "sliding", "bfloat16",
                  id="B=2 N=8 K=2 T=S=4096 bf16 sliding window-tpu", marks=on_tpu),
 ])
 def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
     """splash_attention: right values (0 for a query that sees no key); the work of the
-    non-empty blocks only; K/V bytes of those blocks once per q head; the mask stored
-    once per distinct partial pattern."""
-    q, k, v = inputs(rng, B, N, K, T, S, H, dtype, scale=3.0)
+    non-empty blocks only; K/V bytes of those blocks, each copied once where the tables
+    name it; the mask stored once per distinct partial pattern.
+
+    The masks per head hold, whatever the seed, a full tile, lists of different lengths
+    (padding steps), a query that sees no key and tiles that hang off T and S."""
+    q, k, v = inputs(rng, B, N, K, T, S, H, dtype,
+                     **(dict(scale=1.0, shift=100.0) if shape == "long" else dict(scale=3.0)))
     if shape == "per head":
         ids = np.sort(rng.integers((S,), 0, 3))
         q_ids = np.where(np.arange(T) < T // 2, ids[:T], 3)   # segment 3: no key
-        mask = np.stack([causal(T, S), window(T, S, 40, 10), causal(T, S, prefix=30),
+        mask = np.stack([window(T, S, 40, 250),                # 3 kv blocks per q block
+                         causal(T, S, prefix=200),             # 2, a full tile at (0, 0)
+                         causal(T, S),                         # 1
                          q_ids[:, None] == ids[None, :]])
-        mask[1, 5] = False                                     # a query that sees no key
+        mask[2, 5] = False                                     # a query that sees no key
     elif shape == "sliding":
         mask = causal(T, S) & window(T, S, 1024, None)
     else:
@@ -683,10 +684,10 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
                                 outside={"pad", "slice"})
     ran = measure(splash.splash_attention, q, k, v, mask=mask, block_q=block_q,
                   block_kv=block_kv, structure=structure)
+    pad = ((0, 0), (0, 0), (0, S_padded - S), (0, 0))
 
     def masked_row_mean():  # hidden keys of a visited block count exp(0) = 1 each
         o = attention(q, k, v, mask)
-        pad = ((0, 0), (0, 0), (0, S_padded - S), (0, 0))
         v_padded = np.pad(np.asarray(v, np.float64), pad)
         categories = categories_of(heads, block_q, block_kv)
         for b, n, t in zip(*np.nonzero(~np.broadcast_to(mask, (B, N, T, S)).any(axis=-1))):
@@ -697,10 +698,14 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
         return o.astype(dtype)
 
     def padding_seen():  # zero keys past S visible to every query
-        pad = ((0, 0), (0, 0), (0, S_padded - S), (0, 0))
         wide = np.pad(np.broadcast_to(mask, (N, T, S)), ((0, 0), (0, 0), (0, S_padded - S)),
                       constant_values=True)
         return attention(q, np.pad(k, pad), np.pad(v, pad), wide).astype(dtype)
+
+    def wrong(**changes):   # a kernel that follows the tables, wrong as `changes` say
+        q_padded = np.pad(q, ((0, 0), (0, 0), (0, T_padded - T), (0, 0)))
+        return lambda: following(q_padded, np.pad(k, pad), np.pad(v, pad), tables,
+                                 **changes)[:, :, :T].astype(dtype)
 
     check(ran, attention(q, k, v, mask).astype(dtype), blocks=(1, 1, block_q, None),
           axes="B N T H", tolerance=1e-4 if dtype == "float32" else None,
@@ -709,27 +714,38 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
                   "first_head_mask": lambda: attention(q, k, v, heads[0, :T, :S])
                   .astype(dtype),
                   "masked_row_mean": masked_row_mean,
-                  "padding_seen": padding_seen})
+                  "padding_seen": padding_seen,
+                  "full_skipped": wrong(folded=(PARTIAL,)),
+                  "l_not_rescaled": wrong(l_rescaled=False)})
     if is_tpu_size(B, N, T, S) or shape != "per head":
         return
     block_mask = tables[1]
     check_work(ran, flops=dot_flops(B * int((block_mask != EMPTY).sum()), block_q, block_kv, H))
     itemsize = q.dtype.itemsize
-    kv = kv_budget(tables, B, block_kv, H, itemsize)
-    check_kv_traffic(ran, kv)
+    kv = kv_copies(tables, B, K, block_kv, H, itemsize)
+    check_kv_traffic(ran, k, v, kv)
     q_bytes = B * N * T_padded * H * itemsize
     check_traffic(ran, reference=2 * q_bytes + kv + mask_budget(tables, B),
                   minimum=2 * q_bytes + needed_kv(tables, B, K, block_kv, H, itemsize))
-    stored = ran.program.sites[0].call.blocks[3]
-    stored_bytes = math.prod(stored.array_shape) * np.dtype(stored.dtype).itemsize
+    check_mask_store(ran, tables)
+    lowers_for_tpu(ran)
+
+
+def check_mask_store(ran, tables):
+    """The operands of your kernel that come from no input (the mask blocks, and any
+    other array your function builds; prefetched tables are not among them) hold no
+    more than the distinct partial patterns."""
+    block_q, block_kv = tables[3].shape[1:]
+    stored = ran.blocks_from(None)
+    stored_bytes = sum(math.prod(b.array_shape) * np.dtype(b.dtype).itemsize for b in stored)
     distinct = len(tables[3]) * block_q * block_kv
     if stored_bytes > distinct:
+        shapes = " + ".join(f"{b.array_shape} {np.dtype(b.dtype).name}" for b in stored)
         fail("mask_store", "the mask blocks your kernel reads take more memory than the "
              "distinct partial patterns: store each pattern once (dedup_blocks) and point "
              "the partial steps at it (mask_next).",
-             [("stored", f"yours {stored.array_shape} {stored.dtype} = {stored_bytes} B · "
-                         f"{len(tables[3])} distinct patterns = {distinct} B")])
-    lowers_for_tpu(ran)
+             [("stored", f"yours {shapes} = {stored_bytes} B · {len(tables[3])} distinct "
+                         f"patterns = {distinct} B")])
 
 
 @puzzle("splash.multihead")
