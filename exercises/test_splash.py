@@ -724,10 +724,10 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
     itemsize = q.dtype.itemsize
     kv = kv_copies(tables, B, K, block_kv, H, itemsize)
     check_kv_traffic(ran, k, v, kv)
+    check_mask_store(ran, tables)
     q_bytes = B * N * T_padded * H * itemsize
     check_traffic(ran, reference=2 * q_bytes + kv + mask_budget(tables, B),
                   minimum=2 * q_bytes + needed_kv(tables, B, K, block_kv, H, itemsize))
-    check_mask_store(ran, tables)
     lowers_for_tpu(ran)
 
 
