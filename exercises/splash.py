@@ -392,12 +392,12 @@ def dedup_blocks(mask, block_q, block_kv):
     repeat their corners. When no tile is partial, store one all-False block
     anyway (a kernel operand cannot be empty); nothing will read it.
 
-    Cut the mask into tiles with puzzle 1's reshape, and keep them this time:
-    swapping its two middle axes puts tile (i, j) at [..., i, j, :, :].
-    block_categories tells which tiles are partial, and np.nonzero on its table
-    lists them in row-major order, the order to store them in. A pattern is a small
-    bool array: pattern.tobytes() makes a dict key of it, so a dict can tell you
-    whether you stored it before, and where.
+    Cut the mask into tiles with puzzle 1's reshape, and keep them this time, laid
+    out so that tile (i, j) sits at [..., i, j, :, :]. block_categories tells which
+    tiles are partial; store them in row-major order over [..., nq, nkv]. A pattern
+    is a small bool array, which a dict cannot take as a key as it is, but its bytes
+    (pattern.tobytes()) it can: then a dict can tell you whether you stored a pattern
+    before, and where.
     """
     raise NotImplementedError
 
