@@ -353,8 +353,9 @@ def splash_call(q, k, v, data_next, block_mask, mask_next, mask_blocks, *, sm_sc
     BlockSpec ((None, block_q, block_kv) blocks of mask_blocks) fetches the stored
     block mask_next names. q and o are indexed as in flash.grid (i, not j).
 
-    The test counts the bytes: K and V of the visited blocks, once per query head;
-    the mask only where a step changes stored block; q read and o written once.
+    The test counts the bytes: K and V of the visited blocks, each copied once where
+    the tables name it (padding steps name a block that is already there or needed
+    next); the mask only where a step changes stored block; q read and o written once.
     pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=3, ...) takes the three
     tables, in the order of the kernel's arguments. sm_scale=None means 1 / sqrt(H).
     """
