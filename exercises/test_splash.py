@@ -14,8 +14,9 @@ would compile for a real TPU. Tests marked `tpu` run realistic sizes on a real
 TPU and are skipped elsewhere.
 
 Each bfloat16 kernel puzzle has a long configuration (16 kv steps) whose scores all
-sit near 100 (a shift softmax does not see): a running max or sum kept in bfloat16
-gets them visibly wrong there, as it would on a long sequence on a TPU.
+sit near 100 (a shift softmax does not see): a running max kept in bfloat16 gets the
+values visibly wrong there. Any state your kernel carries from step to step in a float
+narrower than 32 bits (m, l, acc) is named from the program itself, before it runs.
 
 Masks are NumPy booleans, handed to your functions as they are (never traced):
 everything about them is known before the kernel is built. The masks here are
