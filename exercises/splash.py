@@ -353,8 +353,9 @@ def splash_call(q, k, v, data_next, block_mask, mask_next, mask_blocks, *, sm_sc
     BlockSpec ((None, block_q, block_kv) blocks of mask_blocks) fetches the stored
     block mask_next names. q and o are indexed as in flash.grid (i, not j).
 
-    The test counts the bytes: K and V of the visited blocks, once per query head;
-    the mask only where a step changes stored block; q read and o written once.
+    The test counts the bytes: K and V of the visited blocks, each copied once where
+    the tables name it (padding steps name a block that is already there or needed
+    next); the mask only where a step changes stored block; q read and o written once.
     pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=3, ...) takes the three
     tables, in the order of the kernel's arguments. sm_scale=None means 1 / sqrt(H).
     """
@@ -392,12 +393,12 @@ def dedup_blocks(mask, block_q, block_kv):
     repeat their corners. When no tile is partial, store one all-False block
     anyway (a kernel operand cannot be empty); nothing will read it.
 
-    Cut the mask into tiles with puzzle 1's reshape, and keep them this time:
-    swapping its two middle axes puts tile (i, j) at [..., i, j, :, :].
-    block_categories tells which tiles are partial, and np.nonzero on its table
-    lists them in row-major order, the order to store them in. A pattern is a small
-    bool array: pattern.tobytes() makes a dict key of it, so a dict can tell you
-    whether you stored it before, and where.
+    Cut the mask into tiles with puzzle 1's reshape, and keep them this time, laid
+    out so that tile (i, j) sits at [..., i, j, :, :]. block_categories tells which
+    tiles are partial; store them in row-major order over [..., nq, nkv]. A pattern
+    is a small bool array, which a dict cannot take as a key as it is, but its bytes
+    (pattern.tobytes()) it can: then a dict can tell you whether you stored a pattern
+    before, and where.
     """
     raise NotImplementedError
 

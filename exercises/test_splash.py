@@ -13,6 +13,11 @@ movement, the bytes it moved between HBM and VMEM; then check that the kernel
 would compile for a real TPU. Tests marked `tpu` run realistic sizes on a real
 TPU and are skipped elsewhere.
 
+Each bfloat16 kernel puzzle has a long configuration (16 kv steps) whose scores all
+sit near 100 (a shift softmax does not see): a running max kept in bfloat16 gets the
+values visibly wrong there. Any state your kernel carries from step to step in a float
+narrower than 32 bits (m, l, acc) is named from the program itself, before it runs.
+
 Masks are NumPy booleans, handed to your functions as they are (never traced):
 everything about them is known before the kernel is built. The masks here are
 made by the tests themselves, not by your make_mask.
@@ -70,14 +75,19 @@ def window(T, S, left, right):
 
 def random_blocks(rng, T, S, block_q, block_kv, *, patterns=3, every_row_sees=True):
     """A mask drawn block by block: each block empty, full or one of a few partial
-    patterns (so that patterns repeat). every_row_sees: each query sees a key."""
+    patterns (so that patterns repeat). every_row_sees: each query sees a key.
+
+    What the checks rely on holds whatever the seed: each row of tiles holds a full, an
+    empty and a partial tile (as far as it is long), and from 4 tiles on, an odd row has
+    one empty tile more than an even one, so the lists of tiles to visit differ in
+    length (the shorter ones padded)."""
     pool = rng.uniform((patterns, block_q, block_kv)) < 0.5
     if every_row_sees:  # each row of a pattern sees one key at least
         pool[np.arange(patterns)[:, None], np.arange(block_q)[None, :],
              rng.integers((patterns, block_q), 0, block_kv)] = True
     pool[:, 0, 0], pool[:, -1, -1] = True, False   # partial for sure
     nq, nkv = T // block_q, S // block_kv
-    kind = rng.integers((nq, nkv), -2, patterns)   # -2 empty, -1 full, else a pattern
+    kind = rng.integers((nq, nkv), -1, patterns)   # -2 empty, -1 full, else a pattern
     empty_before = None
     for i in range(nq):
         # Every kind in each row (as far as the row is long); the empty tile, order[1],
@@ -86,6 +96,8 @@ def random_blocks(rng, T, S, block_q, block_kv, *, patterns=3, every_row_sees=Tr
         if nkv > 1 and order[1] in (empty_before, nkv - 1 if i == 0 else None):
             order[0], order[1] = order[1], order[0]
         kind[i, order[:3]] = [-1, -2, 0][:min(3, nkv)]
+        if nkv > 3 and i % 2:
+            kind[i, order[3]] = -2                 # one more empty tile: a shorter list
         empty_before = order[1] if nkv > 1 else None
     kind[0, -1] = max(kind[0, -1], -1)   # row 0 ends on a tile with keys: its last step counts
     mask = np.zeros((T, S), bool)
@@ -191,10 +203,16 @@ def attention(q, k, v, mask, *, sm_scale=None, head_of=None):
     return (e @ v[:, heads]) / np.where(l == 0, 1, l)
 
 
-def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None):
+def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None, l_rescaled=True,
+              full_masked=False, folded=(FULL, PARTIAL)):
     """o in float64 of a kernel that follows tables = (data_next, block_mask, mask_next,
-    mask_blocks) step by step. kv_of(n, i, j) / mask_of(n, i, j) replace the kv block
-    and the stored mask block a step reads (a wrong index map)."""
+    mask_blocks) step by step, folding each visited block into a running max, sum and
+    accumulator as online_softmax_step does (a query that sees no key gets 0). Known
+    wrong kernels: kv_of(n, i, j) / mask_of(n, i, j) replace the kv block and the stored
+    mask block a step reads (a wrong index map); l_rescaled=False leaves the running sum
+    unconverted when the max moves (l + sum(p), not alpha * l + sum(p)); full_masked
+    applies the stored block mask_next names on FULL steps too; folded: the categories
+    of the steps folded (the others are skipped)."""
     data_next, block_mask, mask_next, mask_blocks = tables
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     (B, N, T, H), K = q.shape, k.shape[1]
@@ -202,32 +220,63 @@ def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None):
     scale = 1 / math.sqrt(H) if sm_scale is None else sm_scale
     o = np.zeros(q.shape)
     for b, n, i in np.ndindex(B, N, T // block_q):
-        keys, values, visible = [], [], []
+        rows = slice(i * block_q, (i + 1) * block_q)
+        m, l, acc = np.full((block_q, 1), -np.inf), np.zeros((block_q, 1)), np.zeros((block_q, H))
         for j in range(data_next.shape[-1]):
-            if block_mask[n, i, j] == EMPTY:
+            category = block_mask[n, i, j]
+            if category not in folded:
                 continue
             kv = kv_of(n, i, j) if kv_of else data_next[n, i, j]
-            rows = slice(kv * block_kv, (kv + 1) * block_kv)
-            keys.append(k[b, n // (N // K), rows])
-            values.append(v[b, n // (N // K), rows])
+            cols = slice(kv * block_kv, (kv + 1) * block_kv)
+            s = q[b, n, rows] @ k[b, n // (N // K), cols].T * scale
             stored = mask_blocks[mask_of(n, i, j) if mask_of else mask_next[n, i, j]]
-            visible.append(stored if block_mask[n, i, j] == PARTIAL else np.ones_like(stored))
-        if keys:
-            rows = slice(i * block_q, (i + 1) * block_q)
-            o[b, n, rows] = attention(q[b:b + 1, n:n + 1, rows], np.concatenate(keys)[None, None],
-                                      np.concatenate(values)[None, None],
-                                      np.concatenate(visible, axis=1), sm_scale=scale)[0, 0]
+            visible = stored if category == PARTIAL or full_masked else np.ones_like(stored)
+            m_new = np.maximum(m, np.where(visible, s, -np.inf).max(axis=-1, keepdims=True))
+            seen = np.isfinite(m_new)             # rows with a visible key so far
+            shift = np.where(seen, m_new, 0)
+            alpha = np.where(seen, np.exp(m - shift), 1)
+            p = np.where(visible & seen, np.exp(s - shift), 0)
+            l = (alpha * l if l_rescaled else l) + p.sum(axis=-1, keepdims=True)
+            acc = alpha * acc + p @ v[b, n // (N // K), cols]
+            m = m_new
+        o[b, n, rows] = acc / np.where(l == 0, 1, l)
     return o
 
 
-def inputs(rng, B, N, K, T, S, H, dtype="float32", scale=1.0):
-    return (rng.normal((B, N, T, H), dtype, scale=scale), rng.normal((B, K, S, H), dtype),
-            rng.normal((B, K, S, H), dtype))
+def inputs(rng, B, N, K, T, S, H, dtype="float32", scale=1.0, shift=0.0):
+    """q [B, N, T, H], k, v [B, K, S, H]. shift: every score of a query raised by about
+    `shift` (q and k share a large first coordinate). Softmax does not see it, a running
+    max kept in bfloat16 does: bfloat16's spacing is 0.5 between 64 and 128."""
+    q, k, v = (rng.normal((B, N, T, H), dtype, scale=scale), rng.normal((B, K, S, H), dtype),
+               rng.normal((B, K, S, H), dtype))
+    if shift:
+        q[..., 0] = k[..., 0] = math.sqrt(shift * math.sqrt(H))
+    return q, k, v
 
 
 def dot_flops(steps, block_q, block_kv, H):
     """Two (block_q x H) @ (H x block_kv)-sized dots per computed block."""
     return steps * 2 * 2 * block_q * block_kv * H
+
+
+def long_prompt(T, S, block_kv, shorter=0):
+    """Every query sees a prompt that ends half-way through the third kv block from the
+    end (`shorter` blocks earlier): full tiles, one partial tile, then empty ones (the
+    queries, T <= the prompt, see nothing past it)."""
+    return causal(T, S, prefix=S - (2 + shorter) * block_kv - block_kv // 2)
+
+
+# The masks of the kernel puzzles' configurations, from (rng, T, S, block_q, block_kv);
+# head: which head of a mask per head (the prompts differ in length from head to head).
+MASKS = {"causal": lambda rng, T, S, bq, bkv, head=0: causal(T, S),
+         "random": lambda rng, T, S, bq, bkv, head=0: random_blocks(rng, T, S, bq, bkv),
+         "prompt": lambda rng, T, S, bq, bkv, head=0: long_prompt(T, S, bkv, 5 * head)}
+
+# How the scores of each configuration are spread (inputs' scale and shift): wide, so
+# that the running max moves; on the long configurations, near one another (many keys
+# count) and shifted by about 100, where bfloat16 can only tell values 0.5 apart.
+SCORES = {"causal": dict(scale=3.0), "random": dict(scale=3.0),
+          "prompt": dict(scale=1.0, shift=100.0)}
 
 
 # 1 -------------------------------------------------------------------------
@@ -271,16 +320,19 @@ def block_structure(B, N, T, S, H, block_q, block_kv):
 @pytest.mark.parametrize("B, N, T, S, H, block_q, block_kv, shape, dtype", [
     pytest.param(1, 2, 128, 384, 64, 64, 128, "random", "float32",
                  id="B=1 N=2 T=128 S=384 H=64 block_q=64 block_kv=128 random blocks"),
-    pytest.param(2, 1, 128, 256, 128, 128, 128, "causal", "bfloat16",
-                 id="B=2 N=1 T=128 S=256 H=128 bf16 keys j<=i (a partial and an empty block)"),
+    pytest.param(2, 1, 64, 2048, 128, 64, 128, "prompt", "bfloat16",
+                 id="B=2 N=1 T=64 S=2048 H=128 bf16 a long prompt (16 kv steps, the last "
+                    "two empty), scores shifted by 100"),
     pytest.param(2, 8, 4096, 4096, 128, 512, 512, "causal", "bfloat16",
                  id="B=2 N=8 T=S=4096 bf16 keys j<=i-tpu", marks=on_tpu),
 ])
 def test_skip_empty(B, N, T, S, H, block_q, block_kv, shape, dtype, rng):
     """Right values; and the work of the non-empty blocks only (an empty block's dots
-    are skipped). Scores spread wide (q scaled by 3) so the running max moves."""
-    q, k, v = inputs(rng, B, N, N, T, S, H, dtype, scale=3.0)
-    mask = causal(T, S) if shape == "causal" else random_blocks(rng, T, S, block_q, block_kv)
+    are skipped). Scores spread wide (q scaled by 3) so the running max moves; on the
+    long prompt, every score of a query shifted by about 100 (softmax does not see it;
+    a running max kept in bfloat16 does)."""
+    q, k, v = inputs(rng, B, N, N, T, S, H, dtype, **SCORES[shape])
+    mask = MASKS[shape](rng, T, S, block_q, block_kv)
     ran = measure(splash.flash_block_mask, q, k, v, mask=mask, block_q=block_q,
                   block_kv=block_kv, structure=block_structure(B, N, T, S, H, block_q, block_kv))
     categories = categories_of(mask, block_q, block_kv)
@@ -293,7 +345,10 @@ def test_skip_empty(B, N, T, S, H, block_q, block_kv, shape, dtype, rng):
           axes="B N T H", tolerance=1e-4 if dtype == "float32" else None,
           likely={"mask_ignored": lambda: attention(q, k, v, np.ones_like(mask)).astype(dtype),
                   "partial_unmasked": blockwise(categories != EMPTY),
-                  "partial_skipped": blockwise(categories == FULL)})
+                  "partial_skipped": blockwise(categories == FULL),
+                  "l_not_rescaled": lambda: following(
+                      q, k, v, tables_for(mask, N, block_q, block_kv), l_rescaled=False)
+                  .astype(dtype)})
     if is_tpu_size(B, N, T, S):
         return
     visited = int((categories != EMPTY).sum())
@@ -442,13 +497,6 @@ def previous_filled(data_next, padding):
 
 
 # 5 -------------------------------------------------------------------------
-def kv_budget(tables, B, block_kv, H, itemsize):
-    """K and V bytes when each q head fetches its visited blocks once each (a head with
-    nothing to visit still fetches one block)."""
-    visited = (tables[1] != EMPTY).reshape(tables[1].shape[0], -1).sum(axis=1)
-    return 2 * B * int(np.maximum(visited, 1).sum()) * block_kv * H * itemsize
-
-
 def mask_budget(tables, B):
     """Mask bytes when each head fetches a stored block only for its partial steps."""
     partial = (tables[1] == PARTIAL).reshape(tables[1].shape[0], -1).sum(axis=1)
@@ -464,15 +512,28 @@ def needed_kv(tables, B, K, block_kv, H, itemsize):
     return 2 * B * len(needed) * block_kv * H * itemsize
 
 
-def check_kv_traffic(ran, budget):
-    """K and V (operands 1 and 2 of the kernel): at most `budget` bytes."""
-    moved = sum(op.bytes for op in ran.traffic.operands[1:3])
+def kv_copies(tables, B, K, block_kv, H, itemsize):
+    """K and V bytes that the tables make a pipeline move: a block is copied where a step's
+    (batch, K/V head, kv block) differs from the step before it (padding names a block
+    that is already there or needed next, so it copies nothing of its own)."""
+    data_next = tables[0]
+    N = data_next.shape[0]
+    steps = [(b, n // (N // K), int(kv)) for b in range(B) for n in range(N)
+             for kv in data_next[n].reshape(-1)]
+    copies = sum(1 for before, step in zip([None] + steps, steps) if step != before)
+    return 2 * copies * block_kv * H * itemsize
+
+
+def check_kv_traffic(ran, k, v, budget):
+    """The bytes moved for K and V, found by which input they come from (BlockSpec copies
+    and DMAs of your own, wherever they sit in the call): at most `budget`."""
+    moved = ran.bytes_from(k) + ran.bytes_from(v)
     if moved > budget:
         fail("kv_traffic", "your kernel fetches more K/V bytes than the visited blocks: "
              "each step of the grid should fetch the K/V block its table names, and a "
              "step with nothing to do should name a block that is already there.",
-             [("K and V", f"moved: yours {moved} B · the visited blocks, once per q head "
-                          f"{budget} B")])
+             [("K and V", f"moved: yours {moved} B · the visited blocks, each copied once "
+                          f"where the tables name it {budget} B")])
 
 
 def sparse_structure(B, N, T, H, tables):
@@ -488,17 +549,22 @@ def sparse_structure(B, N, T, H, tables):
                  id="B=1 N=4 K=2 T=128 S=512 H=64 block_q=64 a mask per head"),
     pytest.param(1, 1, 1, 128, 384, 128, 128, 128, "causal", "distinct", "bfloat16",
                  id="N=K=1 T=128 S=384 H=128 bf16 keys j<=i (one q block, one visit)"),
+    pytest.param(1, 2, 1, 64, 2048, 128, 64, 128, "prompt", "distinct", "bfloat16",
+                 id="B=1 N=2 K=1 T=64 S=2048 H=128 bf16 long prompts (14 and 9 visits), "
+                    "scores shifted by 100"),
     pytest.param(2, 8, 2, 4096, 4096, 128, 512, 512, "causal", "distinct", "bfloat16",
                  id="B=2 N=8 K=2 T=S=4096 bf16 keys j<=i-tpu", marks=on_tpu),
 ])
 def test_sparse_grid(B, N, K, T, S, H, block_q, block_kv, shape, store, dtype, rng):
     """splash_call on tables made here: right values, the work of the visited steps
-    only, and K/V bytes of the visited blocks once per q head."""
-    q, k, v = inputs(rng, B, N, K, T, S, H, dtype, scale=3.0)
+    only, and K/V bytes of the visited blocks, each copied once where the tables name
+    it. The masks are one per head (but the causal one): their lists differ in length,
+    so the shorter ones end in padding steps."""
+    q, k, v = inputs(rng, B, N, K, T, S, H, dtype, **SCORES[shape])
     if shape == "causal":
         mask = causal(T, S)
     else:
-        mask = np.stack([random_blocks(rng, T, S, block_q, block_kv) for _ in range(N)])
+        mask = np.stack([MASKS[shape](rng, T, S, block_q, block_kv, head=n) for n in range(N)])
     tables = tables_for(mask, N, block_q, block_kv, store=store)
     ran = measure(splash.splash_call, q, k, v, *tables, structure=sparse_structure(
         B, N, T, H, tables))
@@ -513,15 +579,17 @@ def test_sparse_grid(B, N, K, T, S, H, block_q, block_kv, shape, store, dtype, r
                   "mask_from_kv_index": wrong(
                       mask_of=lambda n, i, j: data_next[n, i, j] % len(tables[3])),
                   "head_modulo": lambda: attention(q, k, v, mask,
-                                                   head_of=lambda n: n % K).astype(dtype)})
+                                                   head_of=lambda n: n % K).astype(dtype),
+                  "l_not_rescaled": wrong(l_rescaled=False),
+                  "full_masked": wrong(full_masked=True)})
     if is_tpu_size(B, N, T, S):
         return
     steps = B * int((block_mask != EMPTY).sum())
     check_work(ran, flops=dot_flops(steps, block_q, block_kv, H),
                likely={"padding_steps": dot_flops(B * block_mask.size, block_q, block_kv, H)})
     itemsize = q.dtype.itemsize
-    kv = kv_budget(tables, B, block_kv, H, itemsize)
-    check_kv_traffic(ran, kv)
+    kv = kv_copies(tables, B, K, block_kv, H, itemsize)
+    check_kv_traffic(ran, k, v, kv)
     check_traffic(ran, reference=2 * q.nbytes + kv + mask_budget(tables, B),
                   minimum=2 * q.nbytes + needed_kv(tables, B, K, block_kv, H, itemsize))
     lowers_for_tpu(ran)
@@ -584,22 +652,29 @@ def padded(n, block):
                  id="T=5 S=7 H=8 (blocks shrink to 8)"),
     pytest.param(1, 4, 2, 100, 300, 64, 64, 128, "per head", "float32",
                  id="B=1 N=4 K=2 T=100 S=300 H=64 block_q=64 a mask per head"),
-    pytest.param(2, 2, 1, 256, 256, 128, 128, 128, "random", "bfloat16",
-                 id="B=2 N=2 K=1 T=S=256 H=128 bf16 one mask"),
+    pytest.param(2, 2, 1, 64, 2000, 128, 64, 128, "long", "bfloat16",
+                 id="B=2 N=2 K=1 T=64 S=2000 H=128 bf16 one mask (16 kv steps), scores "
+                    "shifted by 100"),
     pytest.param(2, 8, 2, 4096, 4096, 128, 512, 512, "sliding", "bfloat16",
                  id="B=2 N=8 K=2 T=S=4096 bf16 sliding window-tpu", marks=on_tpu),
 ])
 def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
     """splash_attention: right values (0 for a query that sees no key); the work of the
-    non-empty blocks only; K/V bytes of those blocks once per q head; the mask stored
-    once per distinct partial pattern."""
-    q, k, v = inputs(rng, B, N, K, T, S, H, dtype, scale=3.0)
+    non-empty blocks only; K/V bytes of those blocks, each copied once where the tables
+    name it; the mask stored once per distinct partial pattern.
+
+    The masks per head hold, whatever the seed, a full tile, lists of different lengths
+    (padding steps), a query that sees no key and tiles that hang off T and S."""
+    q, k, v = inputs(rng, B, N, K, T, S, H, dtype,
+                     **(dict(scale=1.0, shift=100.0) if shape == "long" else dict(scale=3.0)))
     if shape == "per head":
         ids = np.sort(rng.integers((S,), 0, 3))
         q_ids = np.where(np.arange(T) < T // 2, ids[:T], 3)   # segment 3: no key
-        mask = np.stack([causal(T, S), window(T, S, 40, 10), causal(T, S, prefix=30),
+        mask = np.stack([window(T, S, 40, 250),                # 3 kv blocks per q block
+                         causal(T, S, prefix=200),             # 2, a full tile at (0, 0)
+                         causal(T, S),                         # 1
                          q_ids[:, None] == ids[None, :]])
-        mask[1, 5] = False                                     # a query that sees no key
+        mask[2, 5] = False                                     # a query that sees no key
     elif shape == "sliding":
         mask = causal(T, S) & window(T, S, 1024, None)
     else:
@@ -614,10 +689,10 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
                                 outside={"pad", "slice"})
     ran = measure(splash.splash_attention, q, k, v, mask=mask, block_q=block_q,
                   block_kv=block_kv, structure=structure)
+    pad = ((0, 0), (0, 0), (0, S_padded - S), (0, 0))
 
     def masked_row_mean():  # hidden keys of a visited block count exp(0) = 1 each
         o = attention(q, k, v, mask)
-        pad = ((0, 0), (0, 0), (0, S_padded - S), (0, 0))
         v_padded = np.pad(np.asarray(v, np.float64), pad)
         categories = categories_of(heads, block_q, block_kv)
         for b, n, t in zip(*np.nonzero(~np.broadcast_to(mask, (B, N, T, S)).any(axis=-1))):
@@ -628,10 +703,14 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
         return o.astype(dtype)
 
     def padding_seen():  # zero keys past S visible to every query
-        pad = ((0, 0), (0, 0), (0, S_padded - S), (0, 0))
         wide = np.pad(np.broadcast_to(mask, (N, T, S)), ((0, 0), (0, 0), (0, S_padded - S)),
                       constant_values=True)
         return attention(q, np.pad(k, pad), np.pad(v, pad), wide).astype(dtype)
+
+    def wrong(**changes):   # a kernel that follows the tables, wrong as `changes` say
+        q_padded = np.pad(q, ((0, 0), (0, 0), (0, T_padded - T), (0, 0)))
+        return lambda: following(q_padded, np.pad(k, pad), np.pad(v, pad), tables,
+                                 **changes)[:, :, :T].astype(dtype)
 
     check(ran, attention(q, k, v, mask).astype(dtype), blocks=(1, 1, block_q, None),
           axes="B N T H", tolerance=1e-4 if dtype == "float32" else None,
@@ -640,27 +719,38 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
                   "first_head_mask": lambda: attention(q, k, v, heads[0, :T, :S])
                   .astype(dtype),
                   "masked_row_mean": masked_row_mean,
-                  "padding_seen": padding_seen})
+                  "padding_seen": padding_seen,
+                  "full_skipped": wrong(folded=(PARTIAL,)),
+                  "l_not_rescaled": wrong(l_rescaled=False)})
     if is_tpu_size(B, N, T, S) or shape != "per head":
         return
     block_mask = tables[1]
     check_work(ran, flops=dot_flops(B * int((block_mask != EMPTY).sum()), block_q, block_kv, H))
     itemsize = q.dtype.itemsize
-    kv = kv_budget(tables, B, block_kv, H, itemsize)
-    check_kv_traffic(ran, kv)
+    kv = kv_copies(tables, B, K, block_kv, H, itemsize)
+    check_kv_traffic(ran, k, v, kv)
+    check_mask_store(ran, tables)
     q_bytes = B * N * T_padded * H * itemsize
     check_traffic(ran, reference=2 * q_bytes + kv + mask_budget(tables, B),
                   minimum=2 * q_bytes + needed_kv(tables, B, K, block_kv, H, itemsize))
-    stored = ran.program.sites[0].call.blocks[3]
-    stored_bytes = math.prod(stored.array_shape) * np.dtype(stored.dtype).itemsize
+    lowers_for_tpu(ran)
+
+
+def check_mask_store(ran, tables):
+    """The operands of your kernel that come from no input (the mask blocks, and any
+    other array your function builds; prefetched tables are not among them) hold no
+    more than the distinct partial patterns."""
+    block_q, block_kv = tables[3].shape[1:]
+    stored = ran.blocks_from(None)
+    stored_bytes = sum(math.prod(b.array_shape) * np.dtype(b.dtype).itemsize for b in stored)
     distinct = len(tables[3]) * block_q * block_kv
     if stored_bytes > distinct:
+        shapes = " + ".join(f"{b.array_shape} {np.dtype(b.dtype).name}" for b in stored)
         fail("mask_store", "the mask blocks your kernel reads take more memory than the "
              "distinct partial patterns: store each pattern once (dedup_blocks) and point "
              "the partial steps at it (mask_next).",
-             [("stored", f"yours {stored.array_shape} {stored.dtype} = {stored_bytes} B · "
-                         f"{len(tables[3])} distinct patterns = {distinct} B")])
-    lowers_for_tpu(ran)
+             [("stored", f"yours {shapes} = {stored_bytes} B · {len(tables[3])} distinct "
+                         f"patterns = {distinct} B")])
 
 
 @puzzle("splash.multihead")

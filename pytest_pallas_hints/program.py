@@ -115,8 +115,8 @@ def read(closed, out_tree) -> Program:
                 callbacks.extend(_callbacks_in(eqn.params["jaxpr"]))
             elif jaxcompat.inlined(eqn) is not None:
                 inner, _ = jaxcompat.inlined(eqn)
-                outs = walk(inner, [node(v) or graph.add("const", []) for v in eqn.invars],
-                            repeated)
+                outs = walk(inner, [graph.add("const", []) if n is None else n
+                                    for n in map(node, eqn.invars)], repeated)
             else:
                 inner_outs = []
                 for inner, _ in jaxcompat.sub_jaxprs(eqn):  # cond, while, scan...

@@ -280,7 +280,7 @@ def hint_expressions(text: str):
 
 # Hints being rewritten (issue 20); each leaves this list when its hint 1 is words.
 REWRITING = {"ragged_dot.differentiable", "ragged_dot.k_axis", "ragged_dot.masked",
-             "ragged_dot.tgmm", "splash.dedup", "splash.skip_empty"}
+             "ragged_dot.tgmm"}
 
 
 @pytest.mark.parametrize("puzzle_id", sorted(PUZZLES))

@@ -170,6 +170,22 @@ def test_an_operand_is_found_by_which_input_it_is(order):
     assert zeros.is_input
 
 
+def test_the_first_argument_is_found_through_an_inlined_call():
+    """jnp.pad is a jitted function, inlined when read: the program's first input (its
+    graph node 0) must keep its lineage through it, like every other input."""
+    def padded_call(q, k):
+        q, k = jnp.pad(q, ((0, 8), (0, 0))), jnp.pad(k, ((0, 8), (0, 0)))
+        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        return pl.pallas_call(lambda q_ref, k_ref, o_ref: o_ref.__setitem__(
+            ..., q_ref[...] + k_ref[...]), out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+            grid=(q.shape[0] // 8,), in_specs=[spec] * 2, out_specs=spec)(q, k)
+
+    q, k = (np.full((16, 128), n, np.float32) for n in (1, 2))
+    ran = measure(padded_call, q, k, structure=None)
+    assert len(ran.blocks_from(q)) == len(ran.blocks_from(k)) == 1
+    assert ran.blocks_from(None) == []
+
+
 def test_dma_bytes_are_found_by_which_input_they_copy():
     ran = measure(column_sum(double_buffered, 2), X, structure=None)
     assert ran.bytes_from(X) == X.nbytes
