@@ -75,8 +75,12 @@ EMPTY, PARTIAL, FULL = 0, 1, 2
 
 
 def online_softmax_step(m, l, acc, s, v, visible=None):
-    """PROVIDED: flash.online's step: fold a chunk of scores s [R, C] and values v [C, H]
-    into the running max m [R, 1], sum l [R, 1] and accumulator acc [R, H].
+    """flash.online's step, with a mask: fold a chunk of scores s [R, C] and values
+    v [C, H] into the running max m [R, 1], sum l [R, 1] and accumulator acc [R, H].
+    You write it in puzzle 2 (splash.skip_empty); puzzles 2, 4 and 7 use it.
+
+    Start from your own online_softmax_step of exercises/flash.py (puzzle flash.online):
+    copy it here, then add `visible`.
 
     visible [R, C] (bool, optional): which scores count. A hidden score adds nothing,
     not even to a row that has no visible key in this chunk.
@@ -84,20 +88,11 @@ def online_softmax_step(m, l, acc, s, v, visible=None):
     flash.causal hid scores by giving them MASK_VALUE, and for a row with at least one
     visible key that is enough: exp(MASK_VALUE - m) is 0. But a row whose keys are all
     hidden has m = MASK_VALUE, and each hidden key adds exp(0) = 1: the row would get
-    the mean of v. With visible given, hidden scores add exactly 0, so such a row ends
-    with l == 0 (puzzle 7 needs that). Leave visible out for a block with every key
-    visible: no mask, no jnp.where.
+    the mean of v. So with visible given, a hidden score must add exactly 0 to l and to
+    acc, and such a row ends with l == 0 (puzzle 7 needs that). Called without visible
+    (a block with every key visible), it is flash's step: no mask, no jnp.where.
     """
-    if visible is not None:
-        s = jnp.where(visible, s, MASK_VALUE)
-    m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
-    alpha = jnp.exp(m - m_new)          # converts sums taken against m to m_new
-    p = jnp.exp(s - m_new)
-    if visible is not None:
-        p = jnp.where(visible, p, 0.0)
-    l_new = alpha * l + jnp.sum(p, axis=-1, keepdims=True)
-    acc_new = alpha * acc + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-    return m_new, l_new, acc_new
+    raise NotImplementedError
 
 
 # 1. splash.categories — empty, partial or full: the mask seen block by block ---

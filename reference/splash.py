@@ -28,8 +28,8 @@ EMPTY, PARTIAL, FULL = 0, 1, 2
 
 
 def online_softmax_step(m, l, acc, s, v, visible=None):
-    """PROVIDED: flash.online's step: fold a chunk of scores s [R, C] and values v [C, H]
-    into the running max m [R, 1], sum l [R, 1] and accumulator acc [R, H].
+    """flash.online's step, with a mask: fold a chunk of scores s [R, C] and values
+    v [C, H] into the running max m [R, 1], sum l [R, 1] and accumulator acc [R, H].
 
     visible [R, C] (bool, optional): which scores count. A hidden score adds nothing,
     not even to a row that has no visible key in this chunk."""

@@ -296,3 +296,36 @@ def test_no_first_hint_spells_out_a_statement_of_the_reference(puzzle_id):
     if puzzle_id in REWRITING:
         pytest.xfail("hint 1 being rewritten")
     assert not leaks, f"hint 1 of {puzzle_id} gives away: " + " | ".join(sorted(leaks))
+
+
+def provided_statements(chapter: str) -> list[tuple[str, int, str]]:
+    """(function, line, anonymised statement) of every PROVIDED function of a stub file."""
+    path = ROOT / "exercises" / f"{chapter}.py"
+    found = []
+    for function in ast.parse(path.read_text()).body:
+        if isinstance(function, ast.FunctionDef) and is_provided(function):
+            for node in ast.walk(function):
+                if isinstance(node, ast.stmt) and node is not function and not (
+                        isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+                    found.append((function.name, node.lineno, anonymous(node)))
+    return found
+
+
+def test_no_provided_helper_hands_out_a_puzzles_answer(chapter_name):
+    """A classroom copy ships the PROVIDED helpers: none may hold a statement of any
+    chapter's answer (a reference function some puzzle has the learner write)."""
+    answers = {}
+    for chapter in KIT:
+        edited = tuple(name for p in KIT[chapter].puzzles for name in p.edit)
+        source = (ROOT / "reference" / f"{chapter}.py").read_text()
+        for function in ast.parse(source).body:
+            if isinstance(function, ast.FunctionDef) and function.name in edited:
+                for node in ast.walk(function):
+                    if isinstance(node, ast.stmt) and node is not function:
+                        code = anonymous(node)
+                        if len(code) >= 20 and not isinstance(node, ast.FunctionDef):
+                            answers.setdefault(code, (chapter, function.name))
+    leaks = sorted({f"exercises/{chapter_name}.py:{line} {name}() holds a statement of "
+                    f"{answers[code][1]}() (reference/{answers[code][0]}.py)"
+                    for name, line, code in provided_statements(chapter_name) if code in answers})
+    assert not leaks, "PROVIDED helpers give away answers:\n" + "\n".join(leaks)
