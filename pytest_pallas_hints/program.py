@@ -115,8 +115,8 @@ def read(closed, out_tree) -> Program:
                 callbacks.extend(_callbacks_in(eqn.params["jaxpr"]))
             elif jaxcompat.inlined(eqn) is not None:
                 inner, _ = jaxcompat.inlined(eqn)
-                outs = walk(inner, [node(v) or graph.add("const", []) for v in eqn.invars],
-                            repeated)
+                outs = walk(inner, [graph.add("const", []) if node(v) is None else node(v)
+                                    for v in eqn.invars], repeated)   # node 0 is an input
             else:
                 inner_outs = []
                 for inner, _ in jaxcompat.sub_jaxprs(eqn):  # cond, while, scan...
