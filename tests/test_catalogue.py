@@ -281,8 +281,7 @@ def hint_expressions(text: str):
 # Hints being rewritten (issue 20); each leaves this list when its hint 1 is words.
 REWRITING = {"basics.row_sum", "basics.tail", "matmul.k_accumulate", "pipelining.copy_loop",
              "pipelining.gather", "pipelining.one_copy", "pipelining.write_back",
-             "ragged_dot.differentiable", "ragged_dot.k_axis", "ragged_dot.masked",
-             "ragged_dot.tgmm", "splash.dedup", "splash.skip_empty"}
+             "splash.dedup", "splash.skip_empty"}
 
 
 @pytest.mark.parametrize("puzzle_id", sorted(PUZZLES))

@@ -31,7 +31,7 @@ def gmm_rhs_transposed_kernel(group_offsets_ref, group_ids_ref, m_tile_ids_ref,
 
 def gmm_rhs_transposed(grad, rhs, group_sizes, *, tiling):
     """grad [M, N], rhs [E, K, N] -> [M, K]: each group's rows of grad times rhs[e].T."""
-    (M, N), (E, K, _) = grad.shape, rhs.shape
+    (M, N), (K,) = grad.shape, rhs.shape[1:2]
     tm, tk, tn = min(tiling[0], pl.cdiv(M, 8) * 8), min(tiling[1], K), min(tiling[2], N)
     group_offsets, group_ids, m_tile_ids, num_tiles = make_group_metadata(group_sizes, M, tm)
 
