@@ -367,9 +367,10 @@ def ragged_dot(lhs, rhs, group_sizes, *, tiling=(128, 128, 128)):
     Three kernels in all: gmm forward; gmm and tgmm backward. Transposing rhs and lhs
     in plain JAX is allowed here (megablox avoids the copy of rhs with a
     transpose_rhs flag; a refinement for later). Mind the tiling of the d lhs gmm:
-    its contraction is over N and its output columns are K, so it takes
-    (tm, tn, tk): the values come out right either way, but tiles sized for
-    one dim then cut the other. The backward returns None for group_sizes.
+    its contraction is over N and its output columns are K, so which of tk and tn
+    goes where? The values come out right either way, but tiles sized for one dim
+    then cut the other, and the test holds each of the three kernels to the grid
+    and blocks of its own puzzle. The backward returns None for group_sizes.
 
     Pass group_sizes as an argument of the custom_vjp function rather than
     closing over it: a closed-over traced value works in a plain jax.grad, but

@@ -10,8 +10,12 @@ float64 NumPy, on at least two shapes and group patterns (empty groups, a group
 smaller than a tile, groups that share a tile, M not a multiple of the tile); count
 the dot work your kernels executed (only the real visits may compute) and the bytes
 they moved between HBM and VMEM (a step past the last visit fetches nothing new);
-then check that the kernel would compile for a real TPU. Tests marked `tpu` run
-realistic sizes on a real TPU and are skipped elsewhere.
+then check that the kernel would compile for a real TPU. The bf16 configurations of
+the puzzles that sum over many steps draw small integers and compare exactly: a
+float32 accumulator gets them right, a bf16 one does not. The differentiable puzzle
+holds each of its three kernels (told apart by the arrays they read) to the grid,
+blocks, work and bytes of the puzzle it builds on. Tests marked `tpu` run realistic
+sizes on a real TPU and are skipped elsewhere.
 """
 import functools
 import math
@@ -39,7 +43,8 @@ def cdiv(a, b):
 
 
 def is_tpu_size(*dims):
-    return math.prod(dims) > 2 ** 24
+    """The tpu-marked sizes (2 ** 26 elements or more), where counting would be slow."""
+    return math.prod(dims) >= 2 ** 26
 
 
 # --- group sizes -----------------------------------------------------------------
@@ -48,7 +53,7 @@ def group_sizes(rng, M, E, pattern, tm=8):
     """int32 [E] summing to M, drawn for a pattern:
 
     random   cuts anywhere, with an empty group and a group smaller than a tile
-    aligned  every size a multiple of tm, an empty group among them, the last not empty
+    aligned  every size a multiple of tm, one empty group among them, not the last
     last     every row in the last group (the others empty)
     one      a single group
     edges    empty first and last groups, a group of one row
@@ -58,8 +63,8 @@ def group_sizes(rng, M, E, pattern, tm=8):
     if pattern == "last":
         return np.array([0] * (E - 1) + [M], np.int32)
     if pattern == "aligned":
-        tiles = M // tm   # the last group keeps at least one tile
-        cuts = np.sort(rng.integers((E - 2,), 0, tiles)) * tm
+        tiles = M // tm   # the groups between the cuts keep at least one tile each
+        cuts = np.sort(rng.permutation(np.arange(1, tiles))[:E - 2]) * tm
         sizes = np.diff(np.concatenate([[0], cuts, [M]]))
         return np.insert(sizes, int(rng.integers((), 0, E - 1)), 0).astype(np.int32)
     if pattern == "edges":
@@ -134,10 +139,12 @@ def transposed_grouped_matmul(lhs, grad, sizes):
                      for e in range(len(sizes))])
 
 
-def following_visits(lhs, rhs, sizes, tm, *, masked=True, reset=True):
+def following_visits(lhs, rhs, sizes, tm, *, masked=True, reset=True, keep=True):
     """gmm's output, float64, from a kernel that follows the visits: masked=False stores
     a visit's whole tile (its group's expert on every row of the tile); reset=False
-    keeps one accumulator across visits (never zeroed for a new group)."""
+    keeps one accumulator across visits (never zeroed for a new group); keep=False
+    writes zeros on the rows of the tile that are not the visit's group's (where it
+    should keep what an earlier visit stored)."""
     lhs, rhs = f64(lhs, rhs)
     M = lhs.shape[0]
     offsets = np.concatenate([[0], np.cumsum(sizes)])
@@ -151,7 +158,168 @@ def following_visits(lhs, rhs, sizes, tm, *, masked=True, reset=True):
         mine = (rows >= offsets[g]) & (rows < offsets[g + 1]) if masked else np.ones(len(rows),
                                                                                      bool)
         out[rows[mine]] = acc[:len(rows)][mine]
+        if not keep:
+            out[rows[~mine]] = 0
     return out
+
+
+def in_bf16(parts):
+    """A running sum rounded to bf16 at every step, each part rounded first, in float64:
+    what a bf16 accumulator holds at the end."""
+    total = np.zeros_like(parts[0])
+    for part in parts:
+        total = (total + part.astype("bfloat16").astype(np.float64)).astype("bfloat16") \
+            .astype(np.float64)
+    return total
+
+
+def grouped_matmul_in_bf16(lhs, rhs, sizes, tk):
+    """gmm's output from a bf16 accumulator: each row's K blocks summed in bf16."""
+    lhs, rhs = f64(lhs, rhs)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    out = np.zeros((lhs.shape[0], rhs.shape[2]))
+    for e in range(len(sizes)):
+        rows = slice(offsets[e], offsets[e + 1])
+        out[rows] = in_bf16([lhs[rows, k:k + tk] @ rhs[e][k:k + tk]
+                             for k in range(0, lhs.shape[1], tk)])
+    return out
+
+
+def transposed_grouped_matmul_in_bf16(lhs, grad, sizes, tm):
+    """tgmm's output from a bf16 accumulator: each group's row tiles summed in bf16."""
+    lhs, grad = f64(lhs, grad)
+    M = lhs.shape[1]
+    out = np.zeros((len(sizes), lhs.shape[0], grad.shape[1]))
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    for e in range(len(sizes)):
+        tiles = [range(max(t, offsets[e]), min(t + tm, offsets[e + 1]))
+                 for t in range(0, M, tm)]
+        parts = [lhs[:, rows] @ grad[rows] for rows in tiles if len(rows)]
+        if parts:
+            out[e] = in_bf16(parts)
+    return out
+
+
+def never_written(out, expected, blocks, tolerance):
+    """The experts of a tgmm's output [E, K, N] that no visit stored: each of their
+    (tk, tn) blocks is still NaN (a fresh buffer), or holds, wrongly, an exact copy of
+    a right and non-zero block of another expert (an output buffer that a visit of that
+    expert left in VMEM, written back for this one)."""
+    out, expected = f64(out, expected)
+    E, K, N = out.shape
+    tk, tn = blocks
+    scale = float(np.abs(expected).max(initial=0.0)) or 1.0
+    windows = [(slice(k, k + tk), slice(n, n + tn)) for k in range(0, K, tk)
+               for n in range(0, N, tn)]
+
+    def right(e, window):
+        return np.allclose(out[e][window], expected[e][window], rtol=tolerance,
+                           atol=tolerance * scale)
+
+    def key(block):
+        return block.shape, block.tobytes()
+
+    copies = {key(out[f][window]) for f in range(E) for window in windows
+              if right(f, window) and np.any(out[f][window])}
+
+    def stale(e, window):
+        mine = out[e][window]
+        return bool(np.isnan(mine).all()) or (not right(e, window) and key(mine) in copies)
+
+    return {e for e in range(E) if all(stale(e, window) for window in windows)}
+
+
+def check_experts_written(out, expected, sizes, *, blocks, tolerance, name="output"):
+    """Fails when whole experts of a tgmm's output [E, K, N] were never stored (see
+    never_written), naming them and saying why from which they are. An empty group's
+    block is written only by its own visit (visit_empty_groups=True); every group's
+    block by the store at its last visit, and the last real visit (num_tiles - 1) is
+    the last of its group although no other group's visit follows it."""
+    never = never_written(out, expected, blocks, tolerance)
+    if not never:
+        return
+    E = len(sizes)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    empty = {e for e in range(E) if sizes[e] == 0}
+
+    def listed(experts):
+        return ", ".join(str(e) for e in sorted(experts))
+
+    said = []     # (kind, sentence), most telling first
+    left = set(never)
+    last = E - 1  # the group of the last real visit, when every group has its visits
+    if empty and empty <= never and empty != {E - 1}:
+        said.append(("empty_unwritten", (
+            f"no visit wrote the experts of the empty groups ({listed(empty)}): a block "
+            "of the output is written only by a visit that names it, and an empty group "
+            "has one only with make_group_metadata(..., visit_empty_groups=True). There "
+            "the kernel starts, adds nothing and stores the zeros.")))
+        left -= empty
+        last = max(set(range(E)) - empty)   # without them, the last group with rows
+    if last in left:
+        follows = ("no other group's visit follows the last real visit (the padding steps "
+                   "after it repeat it), so the store must also run at visit num_tiles - 1")
+        if last not in empty:
+            sentence = (f"expert {last}'s block was never written, and its group holds the "
+                        f"last real visit: {follows}.")
+        elif empty == {last}:   # no other empty group to tell whether they get visits
+            sentence = (f"expert {last}, an empty group, was never written: either it has "
+                        "no visit (an empty group gets one only with visit_empty_groups="
+                        f"True), or its visit, the last real one, does not store: {follows}.")
+        else:
+            sentence = (f"expert {last}, an empty group, was never written, though the other "
+                        f"empty groups were: its visit is the last real one, and {follows}.")
+        said.append(("last_unwritten", sentence))
+        left.discard(last)
+    if left:
+        said.append(("experts_unwritten", (
+            f"no visit stored the blocks of expert{'s' if len(left) > 1 else ''} "
+            f"{listed(left)}: a group's block is "
+            "stored at its last visit, the one whose next visit belongs to another group, "
+            "into the block out's index map names for this visit's group.")))
+    facts = [("unwritten", f"{name}: expert{'s' if len(never) > 1 else ''} {listed(never)} "
+                           f"of {E} never stored (still NaN, or another expert's block left "
+                           "in the output buffer)"),
+             ("groups", " · ".join(f"{e}: " + (f"rows {offsets[e]}-{offsets[e + 1] - 1}"
+                                                if sizes[e] else "empty")
+                                   for e in sorted(never)))]
+    fail_about(name, said[0][0], " ".join(sentence for _, sentence in said), facts)
+
+
+def fail_about(name, kind, says, facts=()):
+    """fail(kind, says, facts) about one output of the puzzle (its words: "kind:name")."""
+    try:
+        fail(kind, says, facts)
+    except AssertionError as failure:
+        failure.name = name    # the failure block names it; [puzzle.say] "kind:name"
+        raise
+
+
+def check_blocks(ran, *, name=None, **expected):
+    """The block shape of every kernel operand that comes from each argument, found by
+    identity (whatever its position in the call, or the order of the operands).
+    expected: label -> (the argument, its block shape, or a list of the shapes allowed)."""
+    for label, (array, shapes) in expected.items():
+        shapes = [tuple(shape) for shape in (shapes if isinstance(shapes, list) else [shapes])]
+        blocks = ran.blocks_from(array)
+        if not blocks:
+            fail_about(name, "blocks_shape", (
+                f"{label} reaches no kernel through a BlockSpec: give it one, with blocks "
+                f"of shape {shown(shapes[0])}, so that each grid step sees its block."),
+                [("blocks", f"{label}: expected {shown(shapes[0])} · yours none")])
+        for block in blocks:
+            if tuple(block.block_shape) not in shapes:
+                fail_about(name, "blocks_shape", (
+                    f"{label} has blocks of shape {shown(block.block_shape)}, the puzzle's "
+                    f"are {' or '.join(shown(shape) for shape in shapes)}: the BlockSpec's "
+                    "block shape decides what one grid step sees."),
+                    [("blocks", f"{label}: expected {' or '.join(map(shown, shapes))} · "
+                                f"yours {shown(block.block_shape)}")])
+
+
+def shown(shape):
+    return "(" + ", ".join("None" if d is None else str(d) for d in shape) + \
+        ("," if len(shape) == 1 else "") + ")"
 
 
 def tgmm_unmasked(lhs, grad, sizes, tm):
@@ -178,10 +346,12 @@ def moved(indices, block, shape, itemsize):
     return total * itemsize
 
 
-def gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize):
+def gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize, *, visit_empty=False):
     """(reference, minimum) bytes of gmm: lhs and rhs blocks fetched when a real visit's
-    block changes (steps past num_tiles fetch nothing new), the output written once."""
-    steps = [(n, g, t, k) for n in range(cdiv(N, tn)) for g, t in visits_of(sizes, M, tm)
+    block changes (steps past num_tiles fetch nothing new), the output written once.
+    visit_empty: as a gmm that also visits each empty group (and fetches its expert)."""
+    steps = [(n, g, t, k) for n in range(cdiv(N, tn))
+             for g, t in visits_of(sizes, M, tm, visit_empty=visit_empty)
              for k in range(cdiv(K, tk))]
     lhs = moved([(t, k) for n, g, t, k in steps], (tm, tk), (M, K), itemsize)
     rhs = moved([(g, k, n) for n, g, t, k in steps], (1, tk, tn), (E, K, N), itemsize)
@@ -197,11 +367,52 @@ def tgmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize):
     return lhs + grad + E * K * N * itemsize, (K * M + M * N + E * K * N) * itemsize
 
 
-def dot_flops(sizes, M, K, N, tm, tk, tn, *, visit_empty=False):
+def tgmm_wrong_work(sizes, M, K, N, E, tm, tk, tn, itemsize):
+    """The known wrong schedules of a tgmm, (flops, bytes), both moving what the right one
+    moves: a dot on the padding steps too (they repeat the last real visit, so they
+    compute only when the last group has rows), and a dot for each empty group's visit."""
+    padding = cdiv(M, tm) + E - 1 - len(visits_of(sizes, M, tm, visit_empty=True))
+    rows = len(visits_of(sizes, M, tm))
+    moved = tgmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize)[0]
+    return {"padding_steps": (dot_flops(sizes, M, K, N, tm, tk, tn,
+                                        visits=rows + padding * (sizes[-1] > 0)), moved),
+            "empty_group_computes": (dot_flops(sizes, M, K, N, tm, tk, tn, visit_empty=True),
+                                     moved)}
+
+
+def dot_flops(sizes, M, K, N, tm, tk, tn, *, visit_empty=False, visits=None):
     """Dot flops of gmm on (tm, tk) x (tk, tn) blocks: one per real visit, K block and N
-    block."""
-    visits = len(visits_of(sizes, M, tm, visit_empty=visit_empty))
+    block (visits: that many visits instead)."""
+    if visits is None:
+        visits = len(visits_of(sizes, M, tm, visit_empty=visit_empty))
     return visits * cdiv(K, tk) * cdiv(N, tn) * 2 * tm * tk * tn
+
+
+def check_visit_work(ran, flops, wrong):
+    """check_work, where a known wrong schedule is named only when both its numbers, dot
+    flops and bytes moved, are yours, and neither the right schedule nor another known
+    wrong one has the same pair: one number alone can belong to two mistakes (a kernel
+    that computes on its padding steps, and one that visits its empty groups, do the
+    same work when there are as many padding steps as empty groups).
+
+    wrong: name -> (flops, bytes) of a known wrong schedule."""
+    pairs = list(wrong.values())
+    moved = ran.traffic.total
+    likely = {name: work for name, (work, nbytes) in wrong.items()
+              if work != flops and pairs.count((work, nbytes)) == 1 and nbytes == moved}
+    check_work(ran, flops=flops, likely=likely)
+
+
+def gmm_wrong_work(sizes, M, K, N, E, tm, tk, tn, itemsize):
+    """The known wrong schedules of a gmm, (flops, bytes): computing on the padding
+    steps too (their blocks are the last visit's, nothing new is fetched), and visiting
+    the empty groups (their experts fetched)."""
+    steps = cdiv(M, tm) + E - 1
+    return {"padding_steps": (dot_flops(sizes, M, K, N, tm, tk, tn, visits=steps),
+                              gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize)[0]),
+            "empty_group_visits": (dot_flops(sizes, M, K, N, tm, tk, tn, visit_empty=True),
+                                   gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize,
+                                             visit_empty=True)[0])}
 
 
 def shrunk(tiling, M, K, N):
@@ -213,6 +424,29 @@ def shrunk(tiling, M, K, N):
 
 def inputs(rng, M, K, N, E, dtype):
     return rng.normal((M, K), dtype), rng.normal((E, K, N), dtype)
+
+
+# The long bf16 configurations draw small non-negative integers: every float32 sum of
+# their products is exact, so a right kernel's output is the exact sum rounded once to
+# bf16, while a bf16 running sum (rounded at every step) drifts as it grows past 256.
+EXACT = 1e-3   # one bf16 rounding step off, on sums past 256, is more than this
+
+
+def integers(rng, shape, dtype, high=4):
+    """Integers in [0, high) as floats: exact products, exact float32 sums."""
+    return rng.integers(shape, 0, high, dtype=dtype)
+
+
+def summed(rng, dtype, *shapes):
+    """Inputs of the puzzles that sum over many steps: normal in float32; in bf16, small
+    non-negative integers, compared EXACTly (a bf16 running sum fails on its values)."""
+    if dtype == "bfloat16":
+        return [integers(rng, shape, dtype) for shape in shapes]
+    return [rng.normal(shape, dtype) for shape in shapes]
+
+
+def exact_for(dtype):
+    return EXACT if dtype == "bfloat16" else tolerance_for(dtype)
 
 
 def tolerance_for(dtype):
@@ -243,7 +477,8 @@ def test_gather(M, D, tm, ids, dtype, rng):
             tile_ids[0] = tiles - 1 if tile_ids[1] != tiles - 1 else 1
     V = len(tile_ids)
     ran = measure(ragged_dot.gather_tiles, x, tile_ids, tm=tm,
-                  structure=Structure(prefetch=True, grid=(V,), blocks={0: (tm, D)}))
+                  structure=Structure(prefetch=True, grid=(V,)))
+    check_blocks(ran, x=(x, (tm, D)))
     expected = x.reshape(tiles, tm, D)[tile_ids].reshape(V * tm, D)
     likely = {"first_tile": lambda: np.tile(x[:tm], (V, 1))}
     if V * tm <= M:
@@ -306,20 +541,19 @@ def test_aligned(M, K, N, E, tm, tn, pattern, dtype, rng):
     steps past num_tiles compute nothing), each block fetched once per run."""
     sizes = group_sizes(rng, M, E, pattern, tm)
     lhs, rhs = inputs(rng, M, K, N, E, dtype)
-    structure = GROUPED.where(grid=(N // tn, M // tm + E - 1),
-                              blocks={0: (tm, K), 1: (None, K, tn)})
+    structure = GROUPED.where(grid=(N // tn, M // tm + E - 1))
     ran = measure(ragged_dot.gmm_aligned, lhs, rhs, sizes, tm=tm, tn=tn, structure=structure)
+    check_blocks(ran, lhs=(lhs, (tm, K)), rhs=(rhs, (None, K, tn)))
     expected = grouped_matmul(lhs, rhs, sizes)
     check(ran, expected.astype(dtype), blocks=(tm, tn), axes="M N",
           tolerance=tolerance_for(dtype),
           likely={"first_expert": lambda: (f64(lhs)[0] @ f64(rhs)[0][0]).astype(dtype)})
     if is_tpu_size(M, K, N):
         return
-    visits = len(visits_of(sizes, M, tm))
-    flops = dot_flops(sizes, M, K, N, tm, K, tn)
-    check_work(ran, flops=flops,
-               likely={"padding_steps": flops * (M // tm + E - 1) // visits})
-    reference, minimum = gmm_bytes(M, K, N, E, sizes, tm, K, tn, lhs.dtype.itemsize)
+    itemsize = lhs.dtype.itemsize
+    check_visit_work(ran, dot_flops(sizes, M, K, N, tm, K, tn),
+                     gmm_wrong_work(sizes, M, K, N, E, tm, K, tn, itemsize))
+    reference, minimum = gmm_bytes(M, K, N, E, sizes, tm, K, tn, itemsize)
     check_traffic(ran, reference=reference, minimum=minimum)
     lowers_for_tpu(ran)
 
@@ -339,19 +573,21 @@ def test_masked(M, K, N, E, tm, tn, pattern, dtype, rng):
     empty group), and bytes: no block fetched for an empty group or a padding step."""
     sizes = group_sizes(rng, M, E, pattern, tm)
     lhs, rhs = inputs(rng, M, K, N, E, dtype)
-    structure = GROUPED.where(grid=(N // tn, cdiv(M, tm) + E - 1),
-                              blocks={0: (tm, K), 1: (None, K, tn)})
+    structure = GROUPED.where(grid=(N // tn, cdiv(M, tm) + E - 1))
     ran = measure(ragged_dot.gmm_masked, lhs, rhs, sizes, tm=tm, tn=tn, structure=structure)
+    check_blocks(ran, lhs=(lhs, (tm, K)), rhs=(rhs, (None, K, tn)))
     check(ran, grouped_matmul(lhs, rhs, sizes).astype(dtype), blocks=(tm, tn), axes="M N",
           tolerance=tolerance_for(dtype),
           likely={"unmasked_store": lambda: following_visits(lhs, rhs, sizes, tm,
-                                                             masked=False).astype(dtype)})
+                                                             masked=False).astype(dtype),
+                  "other_rows_zeroed": lambda: following_visits(lhs, rhs, sizes, tm,
+                                                                keep=False).astype(dtype)})
     if is_tpu_size(M, K, N):
         return
-    check_work(ran, flops=dot_flops(sizes, M, K, N, tm, K, tn),
-               likely={"empty_group_visits": dot_flops(sizes, M, K, N, tm, K, tn,
-                                                       visit_empty=True)})
-    reference, minimum = gmm_bytes(M, K, N, E, sizes, tm, K, tn, lhs.dtype.itemsize)
+    itemsize = lhs.dtype.itemsize
+    check_visit_work(ran, dot_flops(sizes, M, K, N, tm, K, tn),
+                     gmm_wrong_work(sizes, M, K, N, E, tm, K, tn, itemsize))
+    reference, minimum = gmm_bytes(M, K, N, E, sizes, tm, K, tn, itemsize)
     check_traffic(ran, reference=reference, minimum=minimum)
     lowers_for_tpu(ran)
 
@@ -361,30 +597,38 @@ def test_masked(M, K, N, E, tm, tn, pattern, dtype, rng):
 @pytest.mark.parametrize("M, K, N, E, tiling, pattern, dtype", [
     pytest.param(200, 257, 129, 4, (64, 128, 128), "random", "float32",
                  id="M=200 K=257 N=129 E=4 tiling=(64, 128, 128) nothing divides"),
-    pytest.param(57, 256, 128, 3, (128, 128, 128), "last", "bfloat16",
-                 id="M=57 K=256 N=128 E=3 bf16 tm shrinks to 64, every row in the last group"),
+    pytest.param(57, 1024, 128, 3, (128, 128, 128), "last", "bfloat16",
+                 id="M=57 K=1024 N=128 E=3 bf16 8 K steps, tm shrinks to 64, every row in "
+                    "the last group"),
     pytest.param(8192, 2048, 2048, 8, (512, 512, 512), "random", "bfloat16",
                  id="M=8192 K=N=2048 E=8 bf16-tpu", marks=on_tpu),
 ])
 def test_k_axis(M, K, N, E, tiling, pattern, dtype, rng):
-    """gmm: right values (bf16 in, bf16 out, f32 accumulation), the work of the real
-    visits only, and bytes: each real visit's blocks, nothing for a padding step."""
+    """gmm: right values (bf16 in, bf16 out, f32 accumulation: over 8 K steps a bf16
+    running sum is off), the work of the real visits only, and bytes: each real visit's
+    blocks, nothing for a padding step."""
     tm, tk, tn = shrunk(tiling, M, K, N)
     sizes = group_sizes(rng, M, E, pattern, 8)
-    lhs, rhs = inputs(rng, M, K, N, E, dtype)
-    structure = GROUPED.where(grid=(cdiv(N, tn), cdiv(M, tm) + E - 1, cdiv(K, tk)),
-                              blocks={0: (tm, tk), 1: (None, tk, tn)})
+    lhs, rhs = summed(rng, dtype, (M, K), (E, K, N))
+    structure = GROUPED.where(grid=(cdiv(N, tn), cdiv(M, tm) + E - 1, cdiv(K, tk)))
     ran = measure(ragged_dot.gmm, lhs, rhs, sizes, tiling=tiling, structure=structure)
+    check_blocks(ran, lhs=(lhs, (tm, tk)), rhs=(rhs, (None, tk, tn)))
     check(ran, grouped_matmul(lhs, rhs, sizes).astype(dtype), blocks=(tm, tn), axes="M N",
-          tolerance=tolerance_for(dtype),
+          tolerance=exact_for(dtype),
           likely={"acc_not_reset": lambda: following_visits(lhs, rhs, sizes, tm,
                                                             reset=False).astype(dtype),
                   "unmasked_store": lambda: following_visits(lhs, rhs, sizes, tm,
-                                                             masked=False).astype(dtype)})
+                                                             masked=False).astype(dtype),
+                  "other_rows_zeroed": lambda: following_visits(lhs, rhs, sizes, tm,
+                                                                keep=False).astype(dtype),
+                  "bf16_accumulation": lambda: grouped_matmul_in_bf16(lhs, rhs, sizes, tk)
+                  .astype(dtype)})
     if is_tpu_size(M, K, N):
         return
-    check_work(ran, flops=dot_flops(sizes, M, K, N, tm, tk, tn))
-    reference, minimum = gmm_bytes(M, K, N, E, sizes, tm, tk, tn, lhs.dtype.itemsize)
+    itemsize = lhs.dtype.itemsize
+    check_visit_work(ran, dot_flops(sizes, M, K, N, tm, tk, tn),
+                     gmm_wrong_work(sizes, M, K, N, E, tm, tk, tn, itemsize))
+    reference, minimum = gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize)
     check_traffic(ran, reference=reference, minimum=minimum)
     lowers_for_tpu(ran)
 
@@ -423,33 +667,38 @@ def test_k_axis_checks_its_arguments(bad, rng):
 @pytest.mark.parametrize("M, K, N, E, tiling, pattern, dtype", [
     pytest.param(200, 129, 129, 6, (128, 128, 128), "edges", "float32",
                  id="M=200 K=N=129 E=6 empty first and last groups, a 1-row group"),
-    pytest.param(256, 256, 128, 4, (128, 128, 128), "aligned", "bfloat16",
-                 id="M=256 K=256 N=128 E=4 bf16 sizes multiples of tm, fewer visits than steps"),
+    pytest.param(1024, 256, 128, 4, (128, 128, 128), "aligned", "bfloat16",
+                 id="M=1024 K=256 N=128 E=4 bf16 sizes multiples of tm, a group of 3 row "
+                    "tiles or more, fewer visits than steps"),
     pytest.param(256, 128, 128, 5, (128, 128, 128), "edges", "float32",
                  id="M=256 (a multiple of tm) K=N=128 E=5 empty last group"),
     pytest.param(8192, 1024, 1024, 8, (512, 512, 512), "random", "bfloat16",
                  id="M=8192 K=N=1024 E=8 bf16-tpu", marks=on_tpu),
 ])
 def test_tgmm(M, K, N, E, tiling, pattern, dtype, rng):
-    """tgmm: right values (zeros for an empty group, written by the kernel), the work of
-    the non-empty visits only, and bytes: each visit's blocks, every expert's block
+    """tgmm: right values (zeros for an empty group, written by the kernel; f32
+    accumulation: over a group's 3 or more visits a bf16 running sum is off), the work
+    of the non-empty visits only, and bytes: each visit's blocks, every expert's block
     written once."""
     tm, tk, tn = shrunk(tiling, M, K, N)
     sizes = group_sizes(rng, M, E, pattern, tm)
-    lhs, grad = rng.normal((K, M), dtype), rng.normal((M, N), dtype)
-    structure = GROUPED.where(grid=(cdiv(N, tn), cdiv(K, tk), cdiv(M, tm) + E - 1),
-                              blocks={0: (tk, tm), 1: (tm, tn)})
+    lhs, grad = summed(rng, dtype, (K, M), (M, N))
+    structure = GROUPED.where(grid=(cdiv(N, tn), cdiv(K, tk), cdiv(M, tm) + E - 1))
     ran = measure(ragged_dot.tgmm, lhs, grad, sizes, tiling=tiling, structure=structure)
+    check_blocks(ran, lhs=(lhs, (tk, tm)), grad=(grad, (tm, tn)))
     expected = transposed_grouped_matmul(lhs, grad, sizes)
+    check_experts_written(ran.output, expected.astype(dtype), sizes, blocks=(tk, tn),
+                          tolerance=exact_for(dtype))
     check(ran, expected.astype(dtype), blocks=(1, tk, tn), axes="E K N",
-          tolerance=tolerance_for(dtype),
+          tolerance=exact_for(dtype),
           likely={"acc_not_reset": lambda: np.cumsum(expected, axis=0).astype(dtype),
-                  "unmasked_rows": lambda: tgmm_unmasked(lhs, grad, sizes, tm).astype(dtype)})
+                  "unmasked_rows": lambda: tgmm_unmasked(lhs, grad, sizes, tm).astype(dtype),
+                  "bf16_accumulation": lambda: transposed_grouped_matmul_in_bf16(
+                      lhs, grad, sizes, tm).astype(dtype)})
     if is_tpu_size(M, K, N):
         return
-    check_work(ran, flops=dot_flops(sizes, M, K, N, tm, tk, tn),
-               likely={"empty_group_computes": dot_flops(sizes, M, K, N, tm, tk, tn,
-                                                         visit_empty=True)})
+    check_visit_work(ran, dot_flops(sizes, M, K, N, tm, tk, tn),
+                     tgmm_wrong_work(sizes, M, K, N, E, tm, tk, tn, lhs.dtype.itemsize))
     reference, minimum = tgmm_bytes(M, K, N, E, sizes, tm, tk, tn, lhs.dtype.itemsize)
     check_traffic(ran, reference=reference, minimum=minimum)
     lowers_for_tpu(ran)
@@ -462,27 +711,154 @@ def with_grads(lhs, rhs, sizes, grad, *, attend, **static):
     return (out, *vjp(grad))
 
 
+# The three kernels of ragged_dot's vjp, each named by the output it computes and told
+# apart by the arguments its operands come from (found by identity: whatever order the
+# kernels run in, and whatever the operands' positions in the calls).
+VJP_KERNELS = {frozenset({"lhs", "rhs"}): "output", frozenset({"grad", "rhs"}): "d lhs",
+               frozenset({"lhs", "grad"}): "d rhs"}
+VJP_WHAT = {"output": "the forward gmm", "d lhs": "the d lhs gmm",
+            "d rhs": "the d rhs tgmm"}
+VJP_READS = {"output": {"lhs": "MK", "rhs": "EKN"}, "d lhs": {"grad": "MN", "rhs": "EKN"},
+             "d rhs": {"lhs": "MK", "grad": "MN"}}   # the dims of each argument it reads
+VJP_GRID = {"output": "(N blocks, visits, K blocks), gmm's",
+            "d lhs": "(K blocks, visits, N blocks): a gmm whose output columns are K (tiles "
+                     "of tk) and whose contraction is N (tiles of tn)",
+            "d rhs": "(N blocks, K blocks, visits), tgmm's"}
+VJP_TRAFFIC = {
+    "output": "On a padding step (past num_tiles) its index maps must name the last real "
+              "step's blocks, the K block included, so that nothing is fetched again.",
+    "d lhs": "On a padding step (past num_tiles) its index maps must name the last real "
+             "step's blocks, the block along N (its contraction) included, so that nothing "
+             "is fetched again.",
+    "d rhs": "Each expert's block is written once, after its group's last visit, and a "
+             "padding step names the last real visit's blocks."}
+
+
+def vjp_kernels(ran, arrays):
+    """(output name -> the kernel (program site) that computes it, block id -> the names
+    of `arrays` its value comes from), each kernel told by the arrays its operands come
+    from."""
+    comes_from = {}
+    for name, array in arrays.items():
+        for block in ran.blocks_from(array):
+            comes_from.setdefault(id(block), set()).add(name)
+    reads = {site.index: frozenset().union(*(comes_from.get(id(b), ()) for b in site.call.blocks))
+             for site in ran.program.sites}
+    found = {}
+    for site in ran.program.sites:
+        output = VJP_KERNELS.get(reads[site.index])
+        if output is None or output in found:
+            fail("kernel_roles", (
+                f"your kernel {site.call.name}() reads "
+                f"{' and '.join(sorted(reads[site.index])) or 'none of lhs, rhs and grad'}: "
+                "jax.vjp of ragged_dot runs three kernels, each on two of the arrays: the "
+                "forward gmm on lhs and rhs, the d lhs gmm on grad and rhs (each expert "
+                "transposed), the d rhs tgmm on lhs (transposed) and grad."),
+                [("kernels", " · ".join(f"{s.call.name}(): "
+                                        f"{', '.join(sorted(reads[s.index])) or 'none'}"
+                                        for s in ran.program.sites))])
+        found[output] = site
+    return found, comes_from
+
+
+def block_shapes(block, dims, sizes, tiles):
+    """The block shapes an operand may have: its dims' tiles, in the order its array holds
+    the argument's dims (as the argument has them, or with the last two transposed)."""
+    orders = [dims, dims[:-2] + dims[-1] + dims[-2]]
+    return sorted({tuple(tiles[d] for d in order) for order in orders
+                   if tuple(sizes[d] for d in order) == tuple(block.array_shape)}, key=str)
+
+
+def check_vjp_structure(output, site, comes_from, *, grid, sizes, tiles):
+    """One kernel of the vjp held to the puzzle it builds on: its grid, and the blocks of
+    each argument it reads (tm rows, tk along K, tn along N)."""
+    what, name = VJP_WHAT[output], site.call.name
+    yours = tuple(site.call.grid)
+    if yours != grid:
+        whole = math.prod(g if isinstance(g, int) else 2 for g in yours) == 1
+        fail_about(output, "whole_array" if whole else "grid", (
+            f"{what}, {name}(), runs once, over the whole arrays: like the gmm and tgmm you "
+            "wrote, it walks the visits on its grid, one step per block." if whole else
+            f"the grid of {what}, {name}(), is {yours}; the puzzle's is {VJP_GRID[output]}."),
+            [("grid", f"{what}: expected {grid} · yours {yours or '()'}")])
+    for block in site.call.blocks:
+        names = comes_from.get(id(block), set())
+        if len(names) != 1:
+            continue        # a table built inside (None), or an operand mixing arguments
+        (argument,) = names
+        allowed = block_shapes(block, VJP_READS[output][argument], sizes, tiles)
+        if tuple(block.block_shape) not in allowed:
+            expected = " or ".join(map(shown, allowed)) or shown(
+                tuple(tiles[d] for d in VJP_READS[output][argument]))
+            fail_about(output, "blocks_shape", (
+                f"{what}, {name}(), reads {argument} in blocks of shape "
+                f"{shown(block.block_shape)}; the puzzle's are {expected}: tm rows, tk "
+                "along K and tn along N, whichever way the array is transposed."),
+                [("blocks", f"{argument} in {name}(): expected {expected} · yours "
+                            f"{shown(block.block_shape)} of {tuple(block.array_shape)}")])
+
+
+def check_vjp_counts(ran, output, site, *, flops, moved):
+    """One kernel of the vjp: the work of its real visits only, and the bytes they move
+    (reference, minimum)."""
+    what, name = VJP_WHAT[output], site.call.name
+    ran.work    # every kernel countable
+    done = sum(counts.flops for run, counts in zip(ran.executed, ran.steps)
+               if run.site.index == site.index)
+    if done != flops:
+        fail_about(output, "work_high" if done > flops else "work_low", (
+            f"{what}, {name}(), computes {done:,} flops of dots where its real visits need "
+            f"{flops:,}: " + ("no dot on a padding step (past num_tiles), nor for an empty "
+                              "group's visit." if done > flops else
+                              "some real visit's dot is skipped.")),
+            [("work", f"{what}: yours {done:,} · needed {flops:,}")])
+    reference, minimum = moved
+    bytes_moved = sum(op.bytes for op in ran.traffic.operands if op.site == site.index)
+    if bytes_moved > reference:
+        fail_about(output, "traffic", (
+            f"{what}, {name}(), moves blocks for nothing: {bytes_moved:,} bytes between HBM "
+            f"and VMEM where one that fetches each real visit's blocks once moves "
+            f"{reference:,}. {VJP_TRAFFIC[output]}"),
+            [("bytes", f"{what}: yours {bytes_moved:,} · reference {reference:,}")])
+    if bytes_moved < minimum:
+        fail_about(output, "traffic_low", (
+            f"{what}, {name}(), moved {bytes_moved:,} bytes, fewer than the {minimum:,} its "
+            "result depends on: does every input go through a BlockSpec?"),
+            [("bytes", f"{what}: yours {bytes_moved:,} · minimum {minimum:,}")])
+
+
 @puzzle("ragged_dot.differentiable")
 @pytest.mark.parametrize("M, K, N, E, tiling, pattern, dtype", [
-    pytest.param(136, 128, 128, 5, (128, 128, 128), "random", "float32",
-                 id="M=136 K=N=128 E=5 random sizes, an empty group"),
-    pytest.param(64, 128, 256, 4, (128, 128, 128), "last", "bfloat16",
-                 id="M=64 K=128 N=256 E=4 bf16 tm shrinks to 64, every row in the last group"),
+    pytest.param(120, 128, 128, 5, (128, 128, 128), "random", "float32",
+                 id="M=120 K=N=128 E=5 random sizes, an empty group, tm shrinks to 120: one "
+                    "row tile every group shares"),
+    pytest.param(256, 256, 512, 3, (128, 128, 256), "last", "bfloat16",
+                 id="M=256 K=256 N=512 E=3 tiling=(128, 128, 256) bf16 every row in the last "
+                    "group, two steps in every sum"),
     pytest.param(8192, 1024, 1024, 8, (512, 512, 512), "random", "bfloat16",
                  id="M=8192 K=N=1024 E=8 bf16-tpu", marks=on_tpu),
 ])
 def test_differentiable(M, K, N, E, tiling, pattern, dtype, rng):
     """jax.vjp of ragged_dot: the output and both gradients right, from three kernels
-    (gmm forward; gmm and tgmm backward), each doing the work of its real visits only."""
+    (gmm forward; gmm and tgmm backward), each held to its own puzzle: its grid and
+    blocks, the work of its real visits only, and the bytes they move."""
     tm, tk, tn = shrunk(tiling, M, K, N)
     sizes = group_sizes(rng, M, E, pattern, 8)
-    lhs, rhs = inputs(rng, M, K, N, E, dtype)
-    grad = rng.normal((M, N), dtype)
+    lhs, rhs, grad = summed(rng, dtype, (M, K), (E, K, N), (M, N))
     ran = measure(with_grads, lhs, rhs, sizes, grad, attend=ragged_dot.ragged_dot,
                   tiling=tiling, structure=GROUPED.where(kernels=3,
                                                          outside={"metadata", "transpose"}))
+    kernels, comes_from = vjp_kernels(ran, {"lhs": lhs, "rhs": rhs, "grad": grad})
+    visits = cdiv(M, tm) + E - 1
+    grids = {"output": (cdiv(N, tn), visits, cdiv(K, tk)),
+             "d lhs": (cdiv(K, tk), visits, cdiv(N, tn)),
+             "d rhs": (cdiv(N, tn), cdiv(K, tk), visits)}
+    for output, site in kernels.items():
+        check_vjp_structure(output, site, comes_from, grid=grids[output],
+                            sizes={"M": M, "K": K, "N": N, "E": E},
+                            tiles={"M": tm, "K": tk, "N": tn, "E": None})
     out, d_lhs, d_rhs = ran.output
-    tolerance = tolerance_for(dtype)
+    tolerance = exact_for(dtype)
     check(out, grouped_matmul(lhs, rhs, sizes).astype(dtype), name="output",
           blocks=(tm, tn), axes="M N", tolerance=tolerance)
     check(d_lhs, grouped_matmul(grad, np.swapaxes(rhs, 1, 2), sizes).astype(dtype),
@@ -491,12 +867,25 @@ def test_differentiable(M, K, N, E, tiling, pattern, dtype, rng):
                   .astype(dtype),
                   **({"d_lhs_rhs_not_transposed": lambda: grouped_matmul(grad, rhs, sizes)
                       .astype(dtype)} if K == N else {})})
-    check(d_rhs, transposed_grouped_matmul(np.swapaxes(lhs, 0, 1), grad, sizes).astype(dtype),
-          name="d rhs", blocks=(1, tk, tn), axes="E K N", tolerance=tolerance,
+    expected = transposed_grouped_matmul(np.swapaxes(lhs, 0, 1), grad, sizes)
+    check_experts_written(d_rhs, expected.astype(dtype), sizes, blocks=(tk, tn),
+                          tolerance=tolerance, name="d rhs")
+    check(d_rhs, expected.astype(dtype), name="d rhs", blocks=(1, tk, tn), axes="E K N", tolerance=tolerance,
           likely={"d_rhs_every_row": lambda: np.broadcast_to(
               f64(lhs)[0].T @ f64(grad)[0], (E, K, N)).astype(dtype)})
     if is_tpu_size(M, K, N):
         return
-    check_work(ran, flops=2 * dot_flops(sizes, M, K, N, tm, tk, tn)
-               + dot_flops(sizes, M, N, K, tm, tn, tk))
+    itemsize = lhs.dtype.itemsize
+    counts = {"output": (dot_flops(sizes, M, K, N, tm, tk, tn),
+                         gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize)),
+              "d lhs": (dot_flops(sizes, M, N, K, tm, tn, tk),
+                        gmm_bytes(M, N, K, E, sizes, tm, tn, tk, itemsize)),
+              "d rhs": (dot_flops(sizes, M, K, N, tm, tk, tn),
+                        tgmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize))}
+    for output in ("output", "d lhs", "d rhs"):
+        flops, moved = counts[output]
+        check_vjp_counts(ran, output, kernels[output], flops=flops, moved=moved)
+    # The kernels' own DMAs, if any, and every output written: all three together.
+    check_traffic(ran, reference=sum(moved[0] for _, moved in counts.values()),
+                  minimum=sum(moved[1] for _, moved in counts.values()))
     lowers_for_tpu(ran)

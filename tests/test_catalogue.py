@@ -278,11 +278,6 @@ def hint_expressions(text: str):
                     yield "".join(ast.unparse(node).split())
 
 
-# Hints being rewritten (issue 20); each leaves this list when its hint 1 is words.
-REWRITING = {"ragged_dot.differentiable", "ragged_dot.k_axis", "ragged_dot.masked",
-             "ragged_dot.tgmm"}
-
-
 @pytest.mark.parametrize("puzzle_id", sorted(PUZZLES))
 def test_no_first_hint_spells_out_a_statement_of_the_reference(puzzle_id):
     """Hint 1 is the idea, in words: a statement of the solution (even with its names
@@ -293,8 +288,6 @@ def test_no_first_hint_spells_out_a_statement_of_the_reference(puzzle_id):
     leaks = {answers[code] for code in text_snippets(puzzle.hints[0]) if code in answers}
     pieces = reference_expressions(puzzle.chapter, puzzle.edit)
     leaks |= {code for code in hint_expressions(puzzle.hints[0]) if code in pieces}
-    if puzzle_id in REWRITING:
-        pytest.xfail("hint 1 being rewritten")
     assert not leaks, f"hint 1 of {puzzle_id} gives away: " + " | ".join(sorted(leaks))
 
 

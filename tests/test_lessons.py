@@ -186,6 +186,24 @@ def test_the_first_argument_is_found_through_an_inlined_call():
     assert ran.blocks_from(None) == []
 
 
+def doubled_inside_a_jit(x, y):
+    """The first argument reaches the kernel through a call (a jit, as custom_vjp's
+    forward does), doubled there in plain JAX."""
+    @jax.jit
+    def inner(x, y):
+        return pl.pallas_call(copy_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(
+            x * 2.0)
+    return inner(x, y)
+
+
+def test_the_first_argument_keeps_its_identity_through_a_call():
+    x, y = np.ones((8, 128), np.float32), np.zeros((8, 128), np.float32)
+    ran = measure(doubled_inside_a_jit, x, y, structure=None)
+    assert len(ran.blocks_from(x)) == 1 and not ran.blocks_from(y)
+    findings = structure.check(ran.program, structure.Structure())
+    assert findings and findings[0].kind == "outside" and findings[0].detail == "mul"
+
+
 def test_dma_bytes_are_found_by_which_input_they_copy():
     ran = measure(column_sum(double_buffered, 2), X, structure=None)
     assert ran.bytes_from(X) == X.nbytes
