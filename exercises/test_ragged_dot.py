@@ -288,11 +288,7 @@ def check_experts_written(out, expected, sizes, *, blocks, tolerance, name="outp
 
 def fail_about(name, kind, says, facts=()):
     """fail(kind, says, facts) about one output of the puzzle (its words: "kind:name")."""
-    try:
-        fail(kind, says, facts)
-    except AssertionError as failure:
-        failure.name = name    # the failure block names it; [puzzle.say] "kind:name"
-        raise
+    fail(kind, says, facts, name=name)
 
 
 def check_blocks(ran, *, name=None, **expected):

@@ -64,10 +64,14 @@ class Diagnosed(AssertionError):
         return self._findings
 
 
-def fail(kind: str, says: str, facts=()) -> NoReturn:
+def fail(kind: str, says: str, facts=(), *, name: str = "output") -> NoReturn:
     """Fails the test with a finding of its own, e.g. a rule a learner's choice broke:
-    ``fail("vmem_budget", "your blocks do not fit", [("vmem", "18 MiB > 16 MiB")])``."""
-    raise Diagnosed(kind, says, facts)
+    ``fail("vmem_budget", "your blocks do not fit", [("vmem", "18 MiB > 16 MiB")])``.
+    ``name``: the output (or kernel) it is about, as in ``check``: the failure's header
+    names it, and the puzzle's words for ``kind:name`` come first."""
+    failure = Diagnosed(kind, says, facts)
+    failure.name = name
+    raise failure
 
 
 class KitError(Exception):
