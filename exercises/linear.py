@@ -53,7 +53,6 @@ L2-normalise k, and so do the tests). log_decay <= 0 and 0 <= beta <= 1.
 The tests run your kernels on CPU in Pallas's TPU interpret mode, which fills fresh
 buffers (outputs and scratch) with NaN, so a missing initialisation shows.
 """
-import functools
 
 import jax
 import jax.numpy as jnp

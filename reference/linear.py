@@ -9,7 +9,6 @@ of any T, float32 or bfloat16 in (the state and the statistics in float32,
 the input dtype out). One chunk of C tokens per grid step along a sequential
 chunk axis; the [H, Hv] state lives in VMEM scratch from chunk to chunk.
 """
-import functools
 
 import jax
 import jax.numpy as jnp
