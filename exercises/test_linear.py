@@ -1,0 +1,514 @@
+"""Tests for exercises/linear.py. Run them, don't edit them:
+
+    pytest exercises/test_linear.py                # all puzzles of the chapter
+    pytest exercises/test_linear.py -k gating      # one puzzle
+    pytest exercises/test_linear.py -k gating --hint
+
+Every test compares your code with the recurrence itself, S_t updated one token at a
+time in float64 NumPy, on at least two shapes (one an edge case: a single chunk, beta
+0 or 1, decay strong enough to underflow, bfloat16). The kernel tests then count the
+dot work your kernel executed (O(T * chunk) per head, never O(T^2)) and the bytes it
+moved between HBM and VMEM (each input read once, the output written once: the state
+never leaves VMEM), check that the chunk axis runs in order, and that the kernel
+would compile for a real TPU. Tests marked `tpu` run realistic sizes on a real TPU
+and are skipped elsewhere.
+
+Keys are L2-normalised wherever the delta rule runs (its callers do that), log
+decays lie in [-5, 0] and beta in [0, 1].
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_vmem,
+                                 check_work, fail, lowers_for_tpu, measure, run_jax)
+
+linear = chapter("linear")
+
+puzzle = pytest.mark.puzzle
+on_tpu = pytest.mark.tpu
+
+# What each lesson requires of your program, checked from its trace: your own kernel
+# does the matmuls (and the exps of the decay); nothing but reshapes around it.
+MATMULS = Structure(inside={"dot_general"})
+DECAYED = Structure(inside={"dot_general", "exp"})
+
+
+def is_tpu_size(B, N, T):
+    return B * N * T > 2 ** 14
+
+
+def bf16(x):
+    """x rounded to bfloat16, back in float64 (what a bf16 buffer would hold)."""
+    return np.asarray(np.asarray(x, np.float64).astype(jnp.bfloat16), np.float64)
+
+
+# --- the recurrence in float64 NumPy: the expected values ----------------------
+
+def recurrence(q, k, v, log_decay=None, beta=None, *, read_first=False,
+               decay_after_write=False, erase_undecayed=False, beta_on_keys=False):
+    """o [B, N, T, Hv] in float64, one token at a time:
+        S_t = g_t S_{t-1} + k_t^T w_t,   o_t = q_t S_t,   g_t = exp(log_decay_t),
+        w_t = v_t (no beta) or beta_t (v_t - g_t k_t S_{t-1}) (the delta rule).
+    The flags make known wrong recurrences: o_t read before the update; the decay
+    applied after the write; the erase reading the undecayed state; beta on k only."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    B, N, T, H = q.shape
+    S = np.zeros((B, N, H, v.shape[-1]))
+    o = np.zeros(v.shape)
+    for t in range(T):
+        g = 1.0 if log_decay is None else np.exp(np.float64(log_decay[:, :, t]))[..., None, None]
+        if not decay_after_write:
+            S_read = S if erase_undecayed else g * S
+            S = g * S
+        else:
+            S_read = S
+        w = v[:, :, t]
+        if beta is not None:
+            b = np.asarray(beta[:, :, t], np.float64)[..., None]
+            erase = np.einsum("bnh,bnhv->bnv", k[:, :, t], S_read)
+            w = w - b * erase if beta_on_keys else b * (w - erase)
+        if read_first:
+            o[:, :, t] = np.einsum("bnh,bnhv->bnv", q[:, :, t], S)
+        S = S + k[:, :, t][..., :, None] * w[..., None, :]
+        if decay_after_write:
+            S = g * S
+        if not read_first:
+            o[:, :, t] = np.einsum("bnh,bnhv->bnv", q[:, :, t], S)
+    return o
+
+
+def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry=True,
+              state_first=False, reset_per_head=True, decay_twice=False, exclusive=False,
+              since_start=True, until_end=True, across=True, solve="j<i", erase="decayed",
+              beta_on_keys=False, read_bf16=False, state_bf16=False):
+    """o [B, N, T, Hv] in float64, chunk by chunk as the kernels compute it, with flags
+    for the known near-misses (the defaults give the right answer):
+      causal      "j<=i" right, "j<i" the diagonal left out, "all" the future seen;
+      carry       False: the state is reset at every chunk (never carried);
+      state_first the state updated with the chunk before the chunk reads it;
+      reset_per_head False: the state carried from one (b, n) sequence into the next;
+      decay_twice the state's contribution decayed by the whole chunk, then per row;
+      exclusive   b_i = log_decay_0 + ... + log_decay_{i-1} (the own step left out);
+      since_start, until_end, across: False leaves that decay factor out;
+      solve       "j<i" right, "j<=i" the diagonal in the triangular system,
+                  "undecayed" the system without the decay, None: no system (u = the
+                  right-hand side);
+      erase       "decayed" right, "undecayed" S_prev not decayed to row i, "none" no
+                  erase at all (u = beta v); beta_on_keys: u = v - beta k S;
+      read_bf16, state_bf16: the state read through, or kept in, bfloat16."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    B, N, T, H = q.shape
+    o = np.zeros(v.shape)
+    S = np.zeros((H, v.shape[-1]))
+    masks = {"j<=i": np.tril, "j<i": lambda m: np.tril(m, -1), "all": lambda m: m}
+    for b in range(B):
+        for n in range(N):
+            if reset_per_head:
+                S = np.zeros_like(S)
+            for start in range(0, T, chunk):
+                rows = slice(start, start + chunk)
+                Q, K, V = q[b, n, rows], k[b, n, rows], v[b, n, rows]
+                C = len(Q)
+                a = np.zeros(C) if log_decay is None else np.asarray(
+                    log_decay[b, n, rows], np.float64)
+                cum = np.cumsum(a) - (a if exclusive else 0)
+                total = a.sum()
+                with np.errstate(over="ignore"):
+                    within = masks[causal](np.exp(np.minimum(cum[:, None] - cum[None, :], 700)))
+                factor = np.exp(cum)[:, None] if since_start else np.ones((C, 1))
+                to_end = np.exp(total - cum)[:, None] if until_end else np.ones((C, 1))
+                whole = np.exp(total) if across else 1.0
+                if beta is None:
+                    u = V
+                else:
+                    bt = np.asarray(beta[b, n, rows], np.float64)[:, None]
+                    if erase == "none":
+                        u = bt * V
+                    else:
+                        pred = K @ S * (factor if erase == "decayed" else 1.0)
+                        u = V - bt * pred if beta_on_keys else bt * (V - pred)
+                        if solve is not None:
+                            keep = np.tril(np.ones((C, C)), 0 if solve == "j<=i" else -1)
+                            decay = 1.0 if solve == "undecayed" else np.exp(
+                                np.minimum(cum[:, None] - cum[None, :], 0))
+                            lower = keep * bt * (K @ K.T) * decay
+                            for i in range(C):   # rows of u in order, in place
+                                u[i] = u[i] - lower[i] @ u
+                new_S = whole * S + (K * to_end).T @ u
+                if state_bf16:
+                    new_S = bf16(new_S)
+                read = new_S if state_first else S
+                if read_bf16:
+                    read = bf16(read)
+                from_state = factor * (Q @ read) * (whole if decay_twice else 1.0)
+                o[b, n, rows] = (Q @ K.T * within) @ u + from_state
+                S = new_S if carry else np.zeros_like(S)
+    return o
+
+
+def inputs(rng, B, N, T, H, Hv, dtype="float32", *, normalised=False, offset=0.0):
+    """q, k [B, N, T, H] and v [B, N, T, Hv]; normalised: unit keys (the delta rule);
+    offset: keys and values that share a common offset while the queries are centred,
+    so that the state holds a large part that the outputs cancel (what bf16 loses)."""
+    q = rng.normal((B, N, T, H), "float64")
+    k = rng.normal((B, N, T, H), "float64") + offset
+    v = rng.normal((B, N, T, Hv), "float64") + offset
+    if offset:
+        q -= q.mean(axis=-1, keepdims=True)
+    if normalised:
+        k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    return tuple(x.astype(jnp.dtype(dtype)) for x in (q, k, v))
+
+
+def gates(rng, B, N, T, *, strength=0.2, edges=False):
+    """log_decay in [-strength, 0] and beta in [0, 1] (edges: beta only 0 or 1), f32."""
+    log_decay = rng.uniform((B, N, T), -strength, 0.0)
+    beta = rng.integers((B, N, T), 0, 2).astype(np.float32) if edges else rng.uniform((B, N, T))
+    return log_decay, beta
+
+
+def expected_and_wrong(q, k, v, log_decay=None, beta=None, *, chunk, dtype):
+    """The expected output in the inputs' dtype, and a function that makes the output
+    of a known near-miss (chunkwise with its flags) in the same dtype."""
+    expected = recurrence(q, k, v, log_decay, beta).astype(dtype)
+
+    def wrong(**flags):
+        return lambda: chunkwise(q, k, v, log_decay, beta, chunk=chunk, **flags).astype(dtype)
+
+    return expected, wrong
+
+
+def tolerance(dtype):
+    return 1e-4 if dtype == "float32" else None
+
+
+# --- what every chunked kernel must do -------------------------------------------
+
+def chunked_structure(B, N, T, H, Hv, chunk, base=MATMULS):
+    return base.where(grid=(B, N, T // chunk),
+                      blocks={0: (None, None, chunk, H), 1: (None, None, chunk, H),
+                              2: (None, None, chunk, Hv)})
+
+
+def chunk_flops(B, N, T, H, Hv, chunk, *, delta=False):
+    """The dots of the chunked kernels, per chunk: scores q k^T (C x C x H), scores @ v
+    (C x C x Hv), q S and the update K^T V (C x H x Hv each); the delta rule adds k k^T,
+    k S, the forward substitution (one (1, C) @ (C, Hv) row per row) and nothing else."""
+    C = chunk
+    per_chunk = 2 * C * C * (H + Hv) + 2 * 2 * C * H * Hv
+    if delta:
+        per_chunk += 2 * C * C * H + 2 * C * H * Hv + 2 * C * C * Hv
+    return B * N * (T // C) * per_chunk
+
+
+def quadratic_flops(B, N, T, H, Hv, chunk):
+    """Causal attention over every earlier key, chunk by chunk: the O(T^2) way."""
+    chunks = T // chunk
+    return B * N * sum(2 * chunk * (c + 1) * chunk * (H + Hv) for c in range(chunks))
+
+
+def check_chunks_in_order(ran):
+    """The chunk axis (the grid's last) carries the state: it must be "arbitrary"."""
+    for site in ran.program.sites:
+        call = site.call
+        if len(call.semantics) == len(call.grid) and call.grid[-1] > 1 \
+                and call.semantics[-1] != "arbitrary":
+            fail("parallel_chunks", (
+                f"the chunk axis of {call.name}() is marked \"{call.semantics[-1]}\": a TPU "
+                "with two cores splits a \"parallel\" axis between them, and the second "
+                "core would start its half of the chunks from an empty state. The state "
+                "carries chunk c into chunk c + 1: mark that axis \"arbitrary\"."),
+                [("semantics", f"{call.name}(): {call.semantics}, grid {call.grid}")])
+
+
+def check_moves_once(ran, *arrays, out_bytes):
+    """Each input read once, the output written once, nothing else: the state stays in
+    VMEM from the first chunk to the last."""
+    for array in arrays:
+        read = ran.bytes_from(array, "read")
+        if read > array.nbytes:
+            fail("traffic", (
+                f"an input of shape {array.shape} was read {read / array.nbytes:.3g} times "
+                "over: each chunk of q, k and v is needed by one grid step only, and the "
+                "earlier chunks reach it through the state."),
+                [("bytes", f"read {read:,} B of an input of {array.nbytes:,} B")])
+    needed = sum(a.nbytes for a in arrays) + out_bytes
+    check_traffic(ran, reference=needed, minimum=needed)
+
+
+# 1 -------------------------------------------------------------------------
+@puzzle("linear.recurrent")
+@pytest.mark.parametrize("B, N, T, H, Hv, gated, with_beta, dtype", [
+    pytest.param(1, 2, 24, 16, 32, True, True, "float32",
+                 id="B=1 N=2 T=24 H=16 Hv=32 log_decay and beta"),
+    pytest.param(2, 1, 1, 8, 16, False, False, "bfloat16",
+                 id="B=2 N=1 T=1 H=8 Hv=16 bf16 (one token, neither)"),
+    pytest.param(1, 1, 20, 8, 8, False, True, "float32", id="B=N=1 T=20 H=Hv=8 beta only"),
+    pytest.param(2, 4, 1024, 64, 64, True, True, "bfloat16",
+                 id="B=2 N=4 T=1024 H=Hv=64 bf16 log_decay and beta-tpu", marks=on_tpu),
+])
+def test_recurrent(B, N, T, H, Hv, gated, with_beta, dtype, rng):
+    q, k, v = inputs(rng, B, N, T, H, Hv, dtype, normalised=with_beta)
+    log_decay, beta = gates(rng, B, N, T)
+    log_decay = log_decay if gated else None
+    beta = beta if with_beta else None
+
+    def wrong(**flags):
+        return lambda: recurrence(q, k, v, log_decay, beta, **flags).astype(dtype)
+
+    check(run_jax(linear.recurrent, q, k, v, log_decay, beta),
+          recurrence(q, k, v, log_decay, beta).astype(dtype), blocks=(1, 1, None, None),
+          axes="B N T Hv", tolerance=tolerance(dtype),
+          likely={"read_first": wrong(read_first=True),
+                  "decay_after_write": wrong(decay_after_write=True),
+                  "erase_undecayed": wrong(erase_undecayed=True),
+                  "beta_on_keys": wrong(beta_on_keys=True)})
+
+
+# 2 -------------------------------------------------------------------------
+@puzzle("linear.intra")
+@pytest.mark.parametrize("B, N, T, H, Hv, chunk, dtype", [
+    pytest.param(1, 2, 64, 32, 64, 16, "float32", id="B=1 N=2 T=64 H=32 Hv=64 chunk=16"),
+    pytest.param(2, 1, 16, 64, 32, 16, "bfloat16", id="B=2 N=1 T=16 H=64 Hv=32 bf16 (one chunk)"),
+    pytest.param(4, 8, 2048, 128, 128, 128, "bfloat16", id="B=4 N=8 T=2048 H=Hv=128 bf16-tpu",
+                 marks=on_tpu),
+])
+def test_intra(B, N, T, H, Hv, chunk, dtype, rng):
+    q, k, v = inputs(rng, B, N, T, H, Hv, dtype)
+
+    def within(**flags):   # every chunk on its own: no state between chunks
+        return lambda: chunkwise(q, k, v, chunk=chunk, carry=False, **flags).astype(dtype)
+
+    ran = measure(linear.intra_chunk, q, k, v, chunk=chunk,
+                  structure=chunked_structure(B, N, T, H, Hv, chunk))
+    check(ran, within()(), blocks=(1, 1, chunk, None), axes="B N T Hv",
+          tolerance=tolerance(dtype),
+          likely={"future_visible": within(causal="all"),
+                  "diagonal_excluded": within(causal="j<i"),
+                  "state_carried": lambda: recurrence(q, k, v).astype(dtype)})
+    if is_tpu_size(B, N, T):
+        return
+    check_work(ran, flops=B * N * (T // chunk) * 2 * chunk * chunk * (H + Hv))
+    lowers_for_tpu(ran)
+
+
+# 3 -------------------------------------------------------------------------
+@puzzle("linear.chunked")
+@pytest.mark.parametrize("B, N, T, H, Hv, chunk, dtype, offset", [
+    pytest.param(1, 2, 64, 32, 64, 16, "float32", 0.0, id="B=1 N=2 T=64 H=32 Hv=64 chunk=16"),
+    # Keys and values share an offset and the queries cancel it: the state holds a large
+    # part the outputs never see, and bf16 would keep only its top bits.
+    pytest.param(1, 1, 128, 32, 128, 16, "bfloat16", 3.0,
+                 id="B=N=1 T=128 H=32 Hv=128 chunk=16 bf16 (8 chunks, offset keys)"),
+    pytest.param(4, 8, 4096, 128, 128, 64, "bfloat16", 0.0,
+                 id="B=4 N=8 T=4096 H=Hv=128 chunk=64 bf16-tpu", marks=on_tpu),
+])
+def test_chunked(B, N, T, H, Hv, chunk, dtype, offset, rng):
+    """Right values; O(T * chunk) dot work; each input read once and the output written
+    once (the state never goes to HBM); the chunk axis in order; VMEM for one chunk."""
+    q, k, v = inputs(rng, B, N, T, H, Hv, dtype, offset=offset)
+    expected, wrong = expected_and_wrong(q, k, v, chunk=chunk, dtype=dtype)
+    ran = measure(linear.chunked_call, q, k, v, kernel=linear.linear_kernel, chunk=chunk,
+                  structure=chunked_structure(B, N, T, H, Hv, chunk))
+    check_chunks_in_order(ran)
+    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=tolerance(dtype),
+          likely={"state_first": wrong(state_first=True),
+                  "state_dropped": wrong(carry=False),
+                  "future_visible": wrong(causal="all"),
+                  "diagonal_excluded": wrong(causal="j<i"),
+                  "state_across_heads": wrong(reset_per_head=False),
+                  "state_read_in_bf16": wrong(read_bf16=True),
+                  "state_in_bf16": wrong(state_bf16=True)})
+    if is_tpu_size(B, N, T):
+        return
+    check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk),
+               likely={"quadratic": quadratic_flops(B, N, T, H, Hv, chunk)})
+    check_moves_once(ran, q, k, v, out_bytes=expected.nbytes)
+    item = q.itemsize
+    check_vmem(ran, most=2 * (2 * chunk * H + 2 * chunk * Hv) * item + H * Hv * 4,
+               why="one chunk of q, k, v and o (two buffers each) and one [H, Hv] float32 "
+                   "state.")
+    lowers_for_tpu(ran)
+
+
+# 4 -------------------------------------------------------------------------
+@puzzle("linear.gating")
+@pytest.mark.parametrize("B, N, T, H, Hv, chunk, strength", [
+    pytest.param(1, 2, 64, 32, 64, 16, 0.2, id="B=1 N=2 T=64 H=32 Hv=64 chunk=16 log_decay>=-0.2"),
+    # 64 steps of up to -5: b reaches about -160 inside a chunk, past float32's exp range.
+    pytest.param(1, 1, 128, 16, 32, 64, 5.0,
+                 id="B=N=1 T=128 H=16 Hv=32 chunk=64 log_decay>=-5 (strong decay)"),
+    pytest.param(4, 8, 4096, 128, 128, 64, 1.0, id="B=4 N=8 T=4096 H=Hv=128 chunk=64-tpu",
+                 marks=on_tpu),
+])
+def test_gating(B, N, T, H, Hv, chunk, strength, rng):
+    q, k, v = inputs(rng, B, N, T, H, Hv)
+    log_decay, _ = gates(rng, B, N, T, strength=strength)
+    expected, wrong = expected_and_wrong(q, k, v, log_decay, chunk=chunk, dtype="float32")
+    ran = measure(linear.chunked_call, q, k, v, log_decay, kernel=linear.gated_kernel,
+                  chunk=chunk, structure=chunked_structure(B, N, T, H, Hv, chunk, DECAYED))
+    check_chunks_in_order(ran)
+    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=1e-4,
+          likely={"decay_twice": wrong(decay_twice=True),
+                  "decay_exclusive": wrong(exclusive=True),
+                  "state_not_decayed": wrong(across=False),
+                  "writes_not_decayed": wrong(until_end=False),
+                  "rows_not_decayed": wrong(since_start=False),
+                  "diagonal_excluded": wrong(causal="j<i"),
+                  "state_first": wrong(state_first=True)})
+    if is_tpu_size(B, N, T):
+        return
+    check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk))
+    lowers_for_tpu(ran)
+
+
+# 5 -------------------------------------------------------------------------
+@puzzle("linear.delta_rule")
+@pytest.mark.parametrize("B, N, T, H, Hv, chunk, edges", [
+    pytest.param(1, 2, 64, 32, 64, 16, False, id="B=1 N=2 T=64 H=32 Hv=64 chunk=16"),
+    pytest.param(1, 1, 64, 16, 16, 32, True, id="B=N=1 T=64 H=Hv=16 chunk=32 (beta 0 or 1)"),
+    pytest.param(4, 8, 4096, 128, 128, 64, False, id="B=4 N=8 T=4096 H=Hv=128 chunk=64-tpu",
+                 marks=on_tpu),
+])
+def test_delta_rule(B, N, T, H, Hv, chunk, edges, rng):
+    q, k, v = inputs(rng, B, N, T, H, Hv, normalised=True)
+    _, beta = gates(rng, B, N, T, edges=edges)
+    expected, wrong = expected_and_wrong(q, k, v, beta=beta, chunk=chunk, dtype="float32")
+    ran = measure(linear.chunked_call, q, k, v, beta, kernel=linear.delta_kernel,
+                  chunk=chunk, structure=chunked_structure(B, N, T, H, Hv, chunk))
+    check_chunks_in_order(ran)
+    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=1e-4,
+          likely={"solve_diagonal": wrong(solve="j<=i"),
+                  "beta_on_keys": wrong(beta_on_keys=True),
+                  "no_solve": wrong(solve=None),
+                  "no_erase": wrong(erase="none"),
+                  "state_first": wrong(state_first=True)})
+    if is_tpu_size(B, N, T):
+        return
+    check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk, delta=True))
+    lowers_for_tpu(ran)
+
+
+# 6 -------------------------------------------------------------------------
+@puzzle("linear.gated_delta")
+@pytest.mark.parametrize("B, N, T, H, Hv, chunk, strength, edges", [
+    pytest.param(1, 2, 64, 32, 64, 16, 0.2, False,
+                 id="B=1 N=2 T=64 H=32 Hv=64 chunk=16 log_decay>=-0.2"),
+    pytest.param(1, 1, 96, 16, 32, 32, 5.0, True,
+                 id="B=N=1 T=96 H=16 Hv=32 chunk=32 log_decay>=-5 (beta 0 or 1)"),
+    pytest.param(4, 8, 4096, 128, 128, 64, 1.0, False,
+                 id="B=4 N=8 T=4096 H=Hv=128 chunk=64-tpu", marks=on_tpu),
+])
+def test_gated_delta(B, N, T, H, Hv, chunk, strength, edges, rng):
+    q, k, v = inputs(rng, B, N, T, H, Hv, normalised=True)
+    log_decay, beta = gates(rng, B, N, T, strength=strength, edges=edges)
+    expected, wrong = expected_and_wrong(q, k, v, log_decay, beta, chunk=chunk, dtype="float32")
+    ran = measure(linear.chunked_call, q, k, v, beta, log_decay,
+                  kernel=linear.gated_delta_kernel, chunk=chunk,
+                  structure=chunked_structure(B, N, T, H, Hv, chunk, DECAYED))
+    check_chunks_in_order(ran)
+    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=1e-4,
+          likely={"undecayed_solve": wrong(solve="undecayed"),
+                  "erase_undecayed": wrong(erase="undecayed"),
+                  "decay_twice": wrong(decay_twice=True),
+                  "solve_diagonal": wrong(solve="j<=i"),
+                  "no_solve": wrong(solve=None)})
+    if is_tpu_size(B, N, T):
+        return
+    check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk, delta=True))
+    lowers_for_tpu(ran)
+
+
+# 7 -------------------------------------------------------------------------
+PUBLIC = ("linear_attention", "gated_linear_attention", "delta_rule", "gated_delta_rule")
+
+
+def public(q, k, v, beta, log_decay, *, chunk, names):
+    """The public functions `names` on one set of inputs, as one program."""
+    calls = {"linear_attention": lambda: linear.linear_attention(q, k, v, chunk=chunk),
+             "gated_linear_attention": lambda: linear.gated_linear_attention(
+                 q, k, v, log_decay, chunk=chunk),
+             "delta_rule": lambda: linear.delta_rule(q, k, v, beta, chunk=chunk),
+             "gated_delta_rule": lambda: linear.gated_delta_rule(q, k, v, beta, log_decay,
+                                                                  chunk=chunk)}
+    return tuple(calls[name]() for name in names)
+
+
+@puzzle("linear.api")
+@pytest.mark.parametrize("B, N, T, H, Hv, chunk, dtype, names", [
+    pytest.param(2, 2, 20, 32, 16, 16, "float32", PUBLIC,
+                 id="B=2 N=2 T=20 H=32 Hv=16 chunk=16 (a last partial chunk, all four)"),
+    pytest.param(1, 1, 1, 16, 8, 64, "bfloat16", PUBLIC[3:],
+                 id="B=N=1 T=1 H=16 Hv=8 chunk=64 bf16 (one token, gated delta rule)"),
+    pytest.param(2, 8, 3000, 128, 128, 64, "bfloat16", PUBLIC,
+                 id="B=2 N=8 T=3000 H=Hv=128 chunk=64 bf16 (all four)-tpu", marks=on_tpu),
+])
+def test_api(B, N, T, H, Hv, chunk, dtype, names, rng):
+    q, k, v = inputs(rng, B, N, T, H, Hv, dtype, normalised=True)
+    log_decay, beta = gates(rng, B, N, T)
+    ran = measure(public, q, k, v, beta, log_decay, chunk=chunk, names=names,
+                  structure=DECAYED.where(kernels=len(names), outside={"pad", "slice"}))
+    gating = {"linear_attention": {}, "gated_linear_attention": dict(log_decay=log_decay),
+              "delta_rule": dict(beta=beta),
+              "gated_delta_rule": dict(log_decay=log_decay, beta=beta)}
+    for name, yours in zip(names, ran.output):
+        gate = gating[name]
+
+        def shifted(gate=gate):   # padded in front: every output comes `pad` tokens late
+            pad = -T % min(chunk, -(-T // 8) * 8)
+            front = [np.pad(x, ((0, 0), (0, 0), (pad, 0), (0, 0))) for x in (q, k, v)]
+            padded = {key: np.pad(x, ((0, 0), (0, 0), (pad, 0))) for key, x in gate.items()}
+            return recurrence(*front, **padded)[:, :, :T].astype(dtype)
+
+        check(yours, recurrence(q, k, v, **gate).astype(dtype), name=name,
+              blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=tolerance(dtype),
+              likely={"padded_in_front": shifted})
+    if is_tpu_size(B, N, T):
+        return
+    # A chunk longer than the sequence shrinks to it, rounded up to 8 rows.
+    C = min(chunk, -(-T // 8) * 8)
+    padded = -(-T // C) * C
+    check_work(ran, flops=sum(chunk_flops(B, N, padded, H, Hv, C, delta="delta" in name)
+                              for name in names))
+    lowers_for_tpu(ran)
+
+
+@puzzle("linear.api")
+@pytest.mark.parametrize("bad", [
+    pytest.param("v", id="v with another T"),
+    pytest.param("beta", id="beta of shape [B, N]"),
+    pytest.param("chunk", id="chunk=12 (not a multiple of 8)"),
+])
+def test_api_checks_its_arguments(bad, rng):
+    """Bad arguments fail up front, with a ValueError that names them."""
+    q, k, v = inputs(rng, 1, 2, 32, 16, 16)
+    _, beta = gates(rng, 1, 2, 32)
+    chunk = 16
+    if bad == "v":
+        v = v[:, :, :24]
+    elif bad == "beta":
+        beta = beta[:, :, 0]
+    else:
+        chunk = 12
+    called = f"delta_rule(q {q.shape}, k {k.shape}, v {v.shape}, beta {beta.shape}, chunk={chunk})"
+    try:
+        jax.eval_shape(functools.partial(linear.delta_rule, chunk=chunk), q, k, v, beta)
+    except ValueError as error:
+        if bad not in str(error):
+            fail("argument_check", f"{called} raised a ValueError that does not name "
+                 f"{bad}: say which argument is wrong.", [("called", called),
+                                                         ("raised", str(error)[:200])])
+        return
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail("argument_check", f"{called} should raise a ValueError that names {bad} before "
+             "any kernel is built; it failed later, inside JAX.",
+             [("called", called),
+              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+    fail("argument_check", f"{called} should raise a ValueError that names {bad}; it raised "
+         "nothing.", [("called", called), ("raised", "nothing")])
