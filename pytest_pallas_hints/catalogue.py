@@ -13,6 +13,8 @@ One TOML file per chapter, ``exercises/hints/<chapter>.toml``::
     edit = ["add_one_kernel", "add_one"]   # the functions the learner writes
     hints = ["the idea", "the pattern with blanks"]   # level 3 is the solution
 
+    cost = true                       # a performance lesson: show its TPU cost when solved
+
     [puzzle.say]                      # this puzzle's words for a finding
     zeros = "nothing was stored: ..."
 
@@ -42,6 +44,7 @@ class Puzzle:
     edit: tuple[str, ...]
     hints: tuple[str, ...]
     say: dict[str, str]
+    cost: bool = False        # a performance lesson: a solved puzzle shows what it would cost
 
     @property
     def id(self) -> str:
@@ -134,4 +137,5 @@ def _read_puzzle(path: Path, chapter: str, entry: dict) -> Puzzle:
                              "(the idea, a skeleton); the solution comes from reference/")
     return Puzzle(chapter=chapter, name=entry["name"], title=entry["title"],
                   points=entry["points"], edit=tuple(entry["edit"]),
-                  hints=tuple(entry["hints"]), say=dict(entry.get("say", {})))
+                  hints=tuple(entry["hints"]), say=dict(entry.get("say", {})),
+                  cost=bool(entry.get("cost", False)))

@@ -201,6 +201,16 @@ class Measured:
                 "the kernel: call pl.pallas_call directly, so that its work can be counted."))
 
 
+_MEASURED: list = []   # the runs measured in the current test (for the cost model)
+
+
+def measured_in_test(forget: bool = False) -> list:
+    """The programs ``measure`` ran in this test so far; ``forget`` starts a new test."""
+    if forget:
+        _MEASURED.clear()
+    return list(_MEASURED)
+
+
 def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measured:
     """Runs ``fn(*args, **static)`` once (traced once, compiled as one program) and keeps
     what the kit measures of it. ``structure`` is what the puzzle's lesson requires
@@ -218,7 +228,9 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
     if unchecked:
         walked += _check_walks([(run.site.call, run.prefetch) for run in executed
                                 if run.site.index in unchecked])
-    return Measured(output, traced, executed, args, walked)
+    measured = Measured(output, traced, executed, args, walked)
+    _MEASURED.append(measured)
+    return measured
 
 
 # ---------------------------------------------------------------- DMA ledger ---

@@ -2,7 +2,7 @@
 
 Read top to bottom, this module is the table of contents:
 
-  options        --hint[=N], --reference, --no-scoreboard, --pallas-timeout,
+  options        --hint[=N], --reference, --no-scoreboard, --pallas-timeout, --cost,
                  --classroom-result, --gradescope-results
   configure      resolve options once; register the run when the kit is here
   setup          skip tpu/gpu tests without the hardware; else TPU interpret mode,
@@ -21,6 +21,7 @@ never imports JAX at import time.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -56,6 +57,11 @@ def pytest_addoption(parser):
         "--pallas-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
         help="fail a puzzle test that runs longer than this, e.g. a kernel waiting "
              f"on a DMA nobody started (default {DEFAULT_TIMEOUT:g}; 0 turns it off).")
+    group.addoption(
+        "--cost", action="store_true", default=False,
+        help="after the run, a table of what every kernel measured would cost on a TPU "
+             "(v5e, v6e): MXU flops, HBM bytes, arithmetic intensity, VMEM, a roofline "
+             "bound. Solved performance puzzles print their line anyway.")
     group.addoption(
         "--classroom-result", default=None, metavar="PATH",
         help="write the GitHub Classroom grading result (base64 JSON, one entry per "
@@ -203,6 +209,9 @@ class PallasRun:
             if "tpu" not in self.platforms:
                 cache = getattr(self.config, "cache", None)  # None under -p no:cacheprovider
                 compile_cache.install(cache.mkdir("pallas-xla") if cache else None)
+        checking = sys.modules.get("pytest_pallas_hints.checking")
+        if checking is not None:
+            checking.measured_in_test(forget=True)
         kind = _hardware_mark(item)
         if kind and kind not in self.platforms:
             pytest.skip(f"needs a {kind.upper()}: none detected here "
@@ -244,6 +253,9 @@ class PallasRun:
             data["kit_error"] = findings[0].kind == "kit_error"
             if not self.raw:
                 report.longrepr = "\n".join(self.screen.failure(data))
+        if report.passed and report.when == "call" and (
+                self.puzzles[puzzle_id].cost or self.config.getoption("cost")):
+            data["cost"] = _costs()
         report.pallas = data
         return report
 
@@ -300,7 +312,8 @@ class PallasRun:
     def _write_summary(self, tr):
         title = "Pallas exercises (reference solutions)" if self.reference else "Pallas exercises"
         for text, style in terminal.summary(
-                self.screen, self.outcome, title=title, jax_version=_jax_version(),
+                self.screen, self.outcome, reports=self.reports,
+                cost_table=self.config.getoption("cost"), title=title, jax_version=_jax_version(),
                 scoreboard_shown=not self.config.getoption("no_scoreboard")):
             if style.startswith("sep"):
                 tr.write_sep(style[3:], text, red=text == "Pallas puzzles")
@@ -313,6 +326,17 @@ class PallasRun:
 
 _COUNT = pytest.StashKey[int]()
 _SEED = pytest.StashKey[int]()
+
+
+def _costs() -> list[dict]:
+    """The cost of every kernel the test measured (cost.py), as plain data; nothing when
+    the kit cannot count them here."""
+    from . import checking, cost
+
+    try:
+        return [c.to_dict() for measured in checking.measured_in_test() for c in cost.of(measured)]
+    except Exception:   # uncountable, or unverifiable on this JAX: no line, no failure
+        return []
 
 
 def _tests_per_puzzle(items, puzzles) -> dict[str, int]:

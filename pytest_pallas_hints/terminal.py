@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from . import catalogue, chapters, scoreboard
+from . import catalogue, chapters, cost, scoreboard
 
 try:
     from . import diagnose
@@ -152,10 +152,12 @@ class Screen:
 
 # ------------------------------------------------------------- the whole run ---
 
-def summary(screen: Screen, outcome, *, title: str = "Pallas exercises",
-            scoreboard_shown: bool = True, jax_version: str = "?") -> list[Line]:
+def summary(screen: Screen, outcome, *, reports=(), cost_table: bool = False,
+            title: str = "Pallas exercises", scoreboard_shown: bool = True,
+            jax_version: str = "?") -> list[Line]:
     """What follows pytest's own summary for a ``scoreboard.Outcome``: puzzles
-    solved, failing puzzles (with their hints), then the scoreboard."""
+    solved (a performance puzzle with its cost on a TPU), failing puzzles (with their
+    hints), the table of every kernel's cost (``--cost``), then the scoreboard."""
     runs, lines = outcome.runs, []
     warning, hint_levels = outcome.warning, outcome.hint_levels
     failing = [p for p in screen.puzzles.values()
@@ -166,6 +168,7 @@ def summary(screen: Screen, outcome, *, title: str = "Pallas exercises",
         points = screen.puzzles[puzzle_id].points
         lines.append((f"✓ {puzzle_id}  " + ("solved again" if puzzle_id in outcome.solved_again
                                             else f"solved · +{points} points"), "green"))
+        lines += [(f"  {line}", "") for line in cost_lines(puzzle_id, reports)]
     if screen.hint is not None and not failing:
         lines += _no_hint_needed(screen, runs)
     if failing:
@@ -185,12 +188,29 @@ def summary(screen: Screen, outcome, *, title: str = "Pallas exercises",
             lines += [(line, "") for line in block]
             if block and not block[0].startswith("·"):
                 lines.append(("", ""))
+    if cost_table:
+        rows = [(f"{data['puzzle']} [{data.get('config') or data['test']}]",
+                 cost.KernelCost.from_dict(c)) for data in reports for c in data.get("cost", ())]
+        lines.append(("cost on a TPU", "sep-"))
+        lines += [(line, "") for line in (cost.table(rows) if rows else
+                                          ["no kernel ran with its work counted"])]
     if scoreboard_shown:
         lines.append(("progress", "sep-"))
         board = scoreboard.render(screen.kit, screen.progress, runs, outcome.skipped,
                                   screen.command, title, jax_version)
         lines += [(line, "bold" if i == 0 else "") for i, line in enumerate(board)]
     return lines
+
+
+def cost_lines(puzzle_id: str, reports) -> list[str]:
+    """A solved performance puzzle's cost on a TPU: the line of its test that moved the
+    most bytes (the most realistic of its configurations)."""
+    measured = [data["cost"] for data in reports
+                if data["puzzle"] == puzzle_id and data.get("cost")]
+    if not measured:
+        return []
+    chosen = max(measured, key=lambda costs: sum(c["bytes"] for c in costs))
+    return cost.summary([cost.KernelCost.from_dict(c) for c in chosen])
 
 
 def _no_hint_needed(screen: Screen, runs: dict) -> list[Line]:

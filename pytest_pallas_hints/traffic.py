@@ -41,7 +41,7 @@ class Operand:
     array_bytes: int   # the size of the whole array, for "read 4 times"
     copies: int
     site: int = -1     # which pallas_call of the program, and which of its operands
-    operand: int = -1  # (prefetch operands first); -1 for DMAs summed by direction
+    operand: int = -1  # (prefetch operands first); -1 for a kernel's DMAs summed by direction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +74,7 @@ def count(program, executed: list, steps: list, output=None) -> Traffic:
     operands: list[Operand] = []
     for run, counted in zip(executed, steps):
         operands += _pipelined(run.site.call, run.prefetch, run.site.index)
-        operands += _dmas(run.site.call, counted)
+        operands += _dmas(run.site.call, counted, run.site.index)
     moved: dict[str, int] = {}
     for op in program.ops:
         moved[op.name] = moved.get(op.name, 0) + op.nbytes
@@ -129,7 +129,7 @@ def _windows(block, steps: np.ndarray, prefetch: list) -> tuple[np.ndarray, np.n
     return np.stack(starts, axis=1), np.broadcast_to(sizes, (len(steps), len(sizes)))
 
 
-def _dmas(call, counted) -> list[Operand]:
+def _dmas(call, counted, site: int = -1) -> list[Operand]:
     """The kernel's own DMAs, summed by direction."""
     off_chip = ("any", "hbm")
     totals: dict[tuple[str, str], list[int]] = {}
@@ -141,5 +141,5 @@ def _dmas(call, counted) -> list[Operand]:
         entry[0] += nbytes
         entry[1] += 1
     return [Operand(kernel=call.name, name=f"DMA {name}", direction=direction, bytes=nbytes,
-                    array_bytes=nbytes, copies=copies)
+                    array_bytes=nbytes, copies=copies, site=site)
             for (name, direction), (nbytes, copies) in totals.items()]

@@ -60,6 +60,8 @@ class Counts:
     #                               positions (None: a scratch or a run_scoped buffer)
     outside: list = dataclasses.field(default_factory=list)      # (get/swap equation, what
     #                               part past the ends of its ref), on the kernel's sure path
+    dot_flops: dict = dataclasses.field(default_factory=dict)     # operand dtype -> flops
+    elementwise: int = 0          # elements produced by the other work (the vector units)
     executed: dict = dataclasses.field(default_factory=dict)      # primitive -> times run
     overlapped: dict = dataclasses.field(default_factory=dict)    # primitive -> times run
     #                               while at least one DMA was in flight
@@ -322,6 +324,8 @@ class Walk:
             executed[name] = executed.get(name, 0) + 1
             if self.ledger.in_flight:
                 overlapped[name] = overlapped.get(name, 0) + 1
+            if name != "dot_general" and eqn.outvars:
+                self.counts.elementwise += _elements(eqn.outvars[0])
         if name == "program_id":
             return [np.int32(self.point[eqn.params["axis"]])]
         if name == "num_programs":
@@ -329,7 +333,9 @@ class Walk:
         if name in ("get", "swap", "addupdate"):
             return self.ref_access(eqn, values) if isinstance(values[0], _Ref) else unknown
         if name == "dot_general":
-            self.counts.flops += _dot_flops(eqn)
+            flops, dtype = _dot_flops(eqn), str(eqn.invars[0].aval.dtype)
+            self.counts.flops += flops
+            self.counts.dot_flops[dtype] = self.counts.dot_flops.get(dtype, 0) + flops
             return unknown
         if name == "dma_start":
             copy = jaxcompat.dma_copy(eqn)
@@ -405,7 +411,7 @@ def _cond(outer: Walk, eqn, values) -> list:
     if any(_moves_data(jaxcompat.open_jaxpr(b)[0]) for b in branches):
         raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
                           "kernel loaded, with a DMA start or wait inside")
-    counted, written, ran = [], [], {}
+    counted, written, ran, busiest, dots = [], [], {}, 0, {}
     for branch in branches:
         walk = Walk(outer.grid, outer.point)
         jaxpr, consts = jaxcompat.open_jaxpr(branch)
@@ -414,6 +420,8 @@ def _cond(outer: Walk, eqn, values) -> list:
         walk.run(jaxpr, consts, copies)
         counted.append((walk.counts.flops, sorted(walk.counts.dmas)))
         written.append(copies)
+        busiest = max(busiest, walk.counts.elementwise)
+        dots = walk.counts.dot_flops or dots
         for name, times in walk.counts.executed.items():   # the busier branch
             ran[name] = max(ran.get(name, 0), times)
     for name, times in ran.items():
@@ -424,6 +432,9 @@ def _cond(outer: Walk, eqn, values) -> list:
         raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
                           "kernel loaded, with dots or DMAs inside")
     outer.counts.flops += counted[0][0]
+    outer.counts.elementwise += busiest
+    for dtype, flops in dots.items():
+        outer.counts.dot_flops[dtype] = outer.counts.dot_flops.get(dtype, 0) + flops
     outer.counts.dmas += counted[0][1]
     for n, ref in enumerate(operands):   # a ref is known after the branch only if
         if isinstance(ref, _Ref):        # every branch leaves it the same
@@ -510,6 +521,11 @@ def _filled(ref, index, new):
     except (TypeError, ValueError, IndexError):
         return UNKNOWN
     return array
+
+
+def _elements(var) -> int:
+    shape = getattr(getattr(var, "aval", None), "shape", None)
+    return int(np.prod(shape, dtype=np.int64)) if shape is not None else 0
 
 
 def _dot_flops(eqn) -> int:

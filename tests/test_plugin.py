@@ -493,3 +493,18 @@ def test_on_a_gpu_host_every_verdict_runs_on_the_cpu(kit, monkeypatch):
     monkeypatch.setenv("PALLAS_HINTS_PLATFORMS", "gpu,cpu")
     kit.write("exercises/test_devices.py", DEVICES)
     kit.run("exercises/test_devices.py").assert_outcomes(passed=1)
+
+
+# ------------------------------------------------------------- the cost line ---
+
+def test_a_solved_performance_puzzle_shows_its_tpu_cost_and_cost_prints_the_table(kit):
+    kit.write("exercises/flash.py", (kit.path / "reference" / "flash.py").read_text())
+    out = kit.run("exercises/test_flash.py", "-k", "causal or dense", "--cost").stdout.str()
+    solved = out.split("✓ flash.causal  solved · +")[1].splitlines()
+    assert re.match(r"  on TPU v5e: >= [\d.]+ [nµm]?s \((memory|compute)-bound, [\d.]+ flop/B\), "
+                    r"VMEM [\d.]+ KiB of 16 MiB · on TPU v6e: >= ", solved[1]), solved[1]
+    dense_line = out.split("✓ flash.dense  solved")[1].splitlines()[1]
+    assert not dense_line.startswith("  on TPU")    # plain JAX, not a performance lesson
+    table = out.split("cost on a TPU")[1].split("progress")[0]
+    assert "flash.causal [" in table and "MXU flops" in table and "flop/B" in table
+    assert "sources: pytest_pallas_hints/cost.py" in table
