@@ -63,6 +63,13 @@ def pytest_addoption(parser):
              "(v5e, v6e): MXU flops, HBM bytes, arithmetic intensity, VMEM, a roofline "
              "bound. Solved performance puzzles print their line anyway.")
     group.addoption(
+        "--show", action="store", nargs="?", const="terminal", default=None,
+        metavar="WHERE",
+        help="draw each run puzzle's grid walk: which block every operand reads or writes "
+             "at each step (a new copy or the block already there), which steps skip their "
+             "work. --show: in the terminal; --show=html: also as an HTML page per puzzle "
+             "in pallas-show/.")
+    group.addoption(
         "--classroom-result", default=None, metavar="PATH",
         help="write the GitHub Classroom grading result (base64 JSON, one entry per "
              "puzzle) to PATH, for classroom-resources/autograding-grading-reporter.")
@@ -94,6 +101,9 @@ def pytest_configure(config):
                  "gpu: runs only where an NVIDIA GPU is detected"):
         config.addinivalue_line("markers", line)
     hint = _hint_option(config.getoption("hint"))
+    if config.getoption("show") not in (None, "terminal", "html"):
+        raise pytest.UsageError(f"--show={config.getoption('show')}: give --show (the terminal) "
+                                "or --show=html (the terminal and an HTML page per puzzle).")
     if config.getoption("pallas_timeout") < 0:
         raise pytest.UsageError("--pallas-timeout: give a number of seconds >= 0 "
                                 "(0 turns the time bound off).")
@@ -256,6 +266,8 @@ class PallasRun:
         if report.passed and report.when == "call" and (
                 self.puzzles[puzzle_id].cost or self.config.getoption("cost")):
             data["cost"] = _costs()
+        if self.config.getoption("show") and report.when == "call":
+            data["show"] = _walks()
         report.pallas = data
         return report
 
@@ -313,7 +325,7 @@ class PallasRun:
         title = "Pallas exercises (reference solutions)" if self.reference else "Pallas exercises"
         for text, style in terminal.summary(
                 self.screen, self.outcome, reports=self.reports,
-                cost_table=self.config.getoption("cost"), title=title, jax_version=_jax_version(),
+                cost_table=self.config.getoption("cost"), show=self.config.getoption("show"), title=title, jax_version=_jax_version(),
                 scoreboard_shown=not self.config.getoption("no_scoreboard")):
             if style.startswith("sep"):
                 tr.write_sep(style[3:], text, red=text == "Pallas puzzles")
@@ -336,6 +348,16 @@ def _costs() -> list[dict]:
     try:
         return [c.to_dict() for measured in checking.measured_in_test() for c in cost.of(measured)]
     except Exception:   # uncountable, or unverifiable on this JAX: no line, no failure
+        return []
+
+
+def _walks() -> list[dict]:
+    """The grid walk of every kernel the test measured (show.py), as plain data."""
+    from . import checking, show
+
+    try:
+        return [w.to_dict() for measured in checking.measured_in_test() for w in show.of(measured)]
+    except Exception:
         return []
 
 

@@ -153,8 +153,8 @@ class Screen:
 # ------------------------------------------------------------- the whole run ---
 
 def summary(screen: Screen, outcome, *, reports=(), cost_table: bool = False,
-            title: str = "Pallas exercises", scoreboard_shown: bool = True,
-            jax_version: str = "?") -> list[Line]:
+            show: str | None = None, title: str = "Pallas exercises",
+            scoreboard_shown: bool = True, jax_version: str = "?") -> list[Line]:
     """What follows pytest's own summary for a ``scoreboard.Outcome``: puzzles
     solved (a performance puzzle with its cost on a TPU), failing puzzles (with their
     hints), the table of every kernel's cost (``--cost``), then the scoreboard."""
@@ -188,6 +188,9 @@ def summary(screen: Screen, outcome, *, reports=(), cost_table: bool = False,
             lines += [(line, "") for line in block]
             if block and not block[0].startswith("·"):
                 lines.append(("", ""))
+    if show:
+        lines.append(("the grid's walk", "sep-"))
+        lines += [(line, "") for line in walk_lines(screen, reports, html=show == "html")]
     if cost_table:
         rows = [(f"{data['puzzle']} [{data.get('config') or data['test']}]",
                  cost.KernelCost.from_dict(c)) for data in reports for c in data.get("cost", ())]
@@ -200,6 +203,31 @@ def summary(screen: Screen, outcome, *, reports=(), cost_table: bool = False,
                                   screen.command, title, jax_version)
         lines += [(line, "bold" if i == 0 else "") for i, line in enumerate(board)]
     return lines
+
+
+def walk_lines(screen: Screen, reports, html: bool = False) -> list[str]:
+    """--show: per puzzle run, its first test's walk in the terminal; with ``html``, a
+    page per puzzle (every test) in pallas-show/, named."""
+    from . import show
+
+    lines, by_puzzle = [], {}
+    for data in reports:
+        if data.get("show"):
+            by_puzzle.setdefault(data["puzzle"], []).append(data)
+    for puzzle_id, runs in by_puzzle.items():
+        first = runs[0]
+        lines.append(f"{puzzle_id} [{first.get('config') or first['test']}]")
+        for walk in first["show"]:
+            lines += ["  " + line for line in show.terminal(show.GridWalk.from_dict(walk))]
+        if html:
+            folder = (screen.here or Path.cwd()) / "pallas-show"
+            folder.mkdir(exist_ok=True)
+            page = folder / f"{puzzle_id}.html"
+            walks = [show.GridWalk.from_dict(w) for data in runs for w in data["show"]]
+            page.write_text(show.html(puzzle_id, walks), encoding="utf-8")
+            lines.append(f"  drawn: {screen._relative(page)}")
+        lines.append("")
+    return lines or ["no kernel ran with a grid to draw"]
 
 
 def cost_lines(puzzle_id: str, reports) -> list[str]:

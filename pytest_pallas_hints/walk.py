@@ -61,6 +61,7 @@ class Counts:
     outside: list = dataclasses.field(default_factory=list)      # (get/swap equation, what
     #                               part past the ends of its ref), on the kernel's sure path
     dot_flops: dict = dataclasses.field(default_factory=dict)     # operand dtype -> flops
+    step_flops: list = dataclasses.field(default_factory=list)    # dot flops per grid step
     elementwise: int = 0          # elements produced by the other work (the vector units)
     executed: dict = dataclasses.field(default_factory=dict)      # primitive -> times run
     overlapped: dict = dataclasses.field(default_factory=dict)    # primitive -> times run
@@ -592,8 +593,10 @@ def kernel_steps(call, prefetch: list) -> Counts:
     args += [_fresh(var, n if n < len(prefetch) + len(call.blocks) else None)
              for n, var in enumerate(jaxpr.invars[len(prefetch):], len(prefetch))]
     for point in grid_steps(call.grid):
+        before = counts.flops
         walk = Walk(call.grid, tuple(int(p) for p in point), counts, ledger)
         walk.run(jaxpr, [], args)
+        counts.step_flops.append(counts.flops - before)
     ledger.close()
     counts.most_in_flight, counts.dma_problems = ledger.most, ledger.problems
     counts.dmas_followed = ledger.followed
