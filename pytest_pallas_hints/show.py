@@ -153,9 +153,11 @@ def _panels(blocks: dict):
 
 # ------------------------------------------------------------------ the file ---
 
-def html(title: str, walks: list[GridWalk], wrong: list[list[bool]] | None = None) -> str:
+def html(title: str, walks: list[GridWalk], wrong: list[list[bool]] | None = None,
+         verdict: str = "") -> str:
     """A page with an SVG per operand of every walk; ``wrong``: a failing puzzle's map of
-    wrong output blocks, drawn beside."""
+    wrong output blocks, and ``verdict`` its diagnosis (the block map as the terminal
+    shows it), drawn beside."""
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>"
              f"{escape.escape(title)}</title><style>body{{font-family:sans-serif}}"
              "svg{margin:4px 12px 12px 0}</style></head><body>",
@@ -171,6 +173,8 @@ def html(title: str, walks: list[GridWalk], wrong: list[list[bool]] | None = Non
                       list(_panels(operand.blocks()))[:PANELS]]
     if wrong is not None:
         parts.append("<h2>wrong output blocks</h2>" + _wrong_svg(wrong))
+    if verdict:
+        parts.append(f"<h2>the verdict</h2><pre>{escape.escape(verdict)}</pre>")
     parts.append("</body></html>")
     return "\n".join(parts)
 

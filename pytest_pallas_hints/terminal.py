@@ -224,7 +224,9 @@ def walk_lines(screen: Screen, reports, html: bool = False) -> list[str]:
             folder.mkdir(exist_ok=True)
             page = folder / f"{puzzle_id}.html"
             walks = [show.GridWalk.from_dict(w) for data in runs for w in data["show"]]
-            page.write_text(show.html(puzzle_id, walks), encoding="utf-8")
+            failed = next((data for data in runs if data.get("findings")), None)
+            verdict = "\n".join(screen.failure(failed)) if failed else ""
+            page.write_text(show.html(puzzle_id, walks, verdict=verdict), encoding="utf-8")
             lines.append(f"  drawn: {screen._relative(page)}")
         lines.append("")
     return lines or ["no kernel ran with a grid to draw"]

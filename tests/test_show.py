@@ -108,6 +108,15 @@ def test_the_page_is_valid_html_with_valid_svg():
     assert "basics.reverse &lt;demo&gt;" in page
 
 
+def test_a_failing_puzzles_page_shows_its_verdict_beside_the_walk(kit):
+    wrong = (kit.path / "reference" / "basics.py").read_text().replace(
+        "lambda i: (n - 1 - i, 0)", "lambda i: (i, 0)")
+    kit.write("exercises/basics.py", wrong)
+    kit.run("exercises/test_basics.py", "-k", "reverse", "--show=html")
+    page = (kit.path / "pallas-show" / "basics.reverse.html").read_text()
+    assert "<h2>the verdict</h2>" in page and "✗ basics.reverse" in page
+
+
 def test_show_draws_in_the_terminal_and_writes_a_page(kit):
     kit.write("exercises/basics.py", (kit.path / "reference" / "basics.py").read_text())
     out = kit.run("exercises/test_basics.py", "-k", "reverse", "--show=html").stdout.str()
