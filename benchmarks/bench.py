@@ -113,6 +113,19 @@ def plugin_overhead(runs: int, count: int = 300) -> list[tuple[str, float, float
         return rows
 
 
+def seeing_overhead(runs: int) -> list[tuple[str, float, float, float]]:
+    """A chapter's reference run as it is (a solved performance puzzle computes its cost
+    line), with --cost (every kernel's cost) and with --show (every walk drawn): what
+    seeing the kernel adds, and that nothing is computed unless asked."""
+    args = ["exercises/test_pipelining.py", "--reference", "--no-scoreboard"]
+    plain = wall(args, runs, warm=True)
+    rows = [("as it is (cost lines of the solved puzzles)", plain, plain, 0.0)]
+    for option in ("--cost", "--show"):
+        timed = wall(args + [option], runs, warm=True)
+        rows.append((option, timed, plain, timed / plain - 1))
+    return rows
+
+
 def bytes_moved() -> list[tuple[str, str, str, str]]:
     """Bytes the reference kernels move at a realistic size, against the minimum."""
     import numpy as np
@@ -187,6 +200,8 @@ def main() -> None:
         sections.append("## Plugin overhead (seconds, wall)\n\n" + table(
             ["run", "with plugin", "-p no:pallas_hints", "overhead"],
             plugin_overhead(args.runs)))
+        sections.append("## Seeing the kernel: pipelining --reference, warm (seconds, wall)\n\n"
+                        + table(["run", "seconds", "plain", "added"], seeing_overhead(args.runs)))
         sections.append("## Bytes moved between HBM and VMEM by the reference kernels\n\n"
                         + table(["kernel", "read", "written", "minimum (in + out once)"],
                                 bytes_moved()))
