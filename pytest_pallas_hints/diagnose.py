@@ -52,8 +52,9 @@ def close(yours: np.ndarray, expected: np.ndarray, tolerance: float) -> np.ndarr
 
 def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", blocks=None,
             axes: str | None = None, likely: dict | None = None,
-            tolerance: float = 2e-5) -> list[Finding]:
-    """How ``yours`` differs from ``expected``, most specific finding first."""
+            tolerance: float = 2e-5, carries: bool | None = None) -> list[Finding]:
+    """How ``yours`` differs from ``expected``, most specific finding first. ``carries``:
+    whether the kernels carry state from step to step (None: not known)."""
     shape_row = ("shape", f"expected {_shape(expected)} · yours {_shape(yours)}")
     if yours.shape != expected.shape:
         return [_shape_finding(yours, expected, shape_row)]
@@ -132,6 +133,9 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
     rounding = _rounding(y, e, bad, nan, grid, tolerance) if not side else None
     if rounding is not None:
         findings.append(rounding)
+    later = grid.later_only(grid.wrong(bad)) if grid is not None and not side else None
+    if later is not None:
+        findings.append(_later_blocks(later, grid.axes[later], carries))
     if grid is not None and 0 < grid.wrong(bad).sum() < grid.count:
         findings.append(Finding("blocks", (
             "only some output blocks are wrong: compare the program ids of the wrong "
@@ -139,6 +143,22 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
     findings.append(Finding("values", f"the values of {name} are wrong."))
     findings[0].facts = facts + findings[0].facts
     return findings
+
+
+def _later_blocks(dim: int, axis: str, carries: bool | None) -> Finding:
+    """The first block along ``dim`` right, every later one wrong."""
+    if carries:
+        says = (f"the first block along {axis} is right and every later one is wrong: each "
+                "block alone is computed right, but what one step hands to the next along "
+                f"{axis} (a state or accumulator your kernel carries in scratch or a loop) "
+                "is not: updated before it is used, not updated, updated with the wrong "
+                "value, or reset where it should carry on.")
+    else:
+        says = (f"the first block along {axis} is right and every later one is wrong: does "
+                f"an index map ignore the grid axis of {axis} (every step reading or "
+                "writing block 0), or does a step use a value that only the first step "
+                "gets right?")
+    return Finding("later_blocks", says, detail=axis)
 
 
 def _shape_finding(yours, expected, shape_row) -> Finding:
@@ -339,6 +359,16 @@ class _BlockGrid:
             wrong_later |= not close(y[now], e[now], tolerance).all()
         return wrong_later
 
+    def later_only(self, wrong: np.ndarray) -> int | None:
+        """The dim along which exactly the blocks after the first are wrong, if any."""
+        for d, count in enumerate(self.counts):
+            if count > 1:
+                index = np.arange(count).reshape([-1 if k == d else 1
+                                                  for k in range(len(self.counts))])
+                if np.array_equal(wrong, np.broadcast_to(index >= 1, wrong.shape)):
+                    return d
+        return None
+
     def tail_axis(self, bad: np.ndarray) -> int | None:
         wrong = self.wrong(bad)
         for d, (s, b, c) in enumerate(zip(self.shape, self.blocks, self.counts)):
@@ -386,6 +416,8 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
         code = code or _source_line(error.pallas_where)
     kind = type(error).__name__
     text = _kernel_arg_names(text)
+    if kind == "NotImplementedError" and where and "raise NotImplementedError" not in code:
+        text = "NotImplementedError (not a stub): " + text[len("NotImplementedError: "):]
     for pattern, name, says in _ERRORS:
         match = re.search(pattern, text, re.S)
         if match:
@@ -528,7 +560,7 @@ def _learner_line(frames, root, chapter_files):
 
 # (regex over "Type: message", kind, sentence with {0}.. from the regex groups)
 _ERRORS = [
-    (r"^NotImplementedError", "not_started", "not started"),
+    (r"^NotImplementedError(?! \(not a stub\))", "not_started", "not started"),
     (r"^ChapterRuleBroken", "broken_chapter",
      "this chapter's file breaks the rule for exercise files, so none of its puzzles "
      "run: change the line named above (the other chapters still run)."),
@@ -603,6 +635,12 @@ _ERRORS = [
      "this would not compile for a TPU: its MXU adds up a matmul in 32 bits, so a dot "
      "of bf16 blocks must return float32 (jnp.dot(..., preferred_element_type="
      "jnp.float32)); cast where you store, not in the dot."),
+    (r"^LoweringFailed.*Unimplemented primitive in Pallas TPU lowering(?: for \w+)?: (\w+)",
+     "lowering_primitive",
+     "this runs in interpret mode but would not compile for a TPU: `{0}` has no lowering "
+     "inside a TPU kernel. A cumulative sum becomes a masked sum over a triangle (an iota "
+     "mask and a matmul or a sum); indexing a value at a traced position becomes a "
+     "select with an iota mask; a dynamic slice of a value becomes a slice of a ref."),
     (r"^LoweringFailed: does not lower for TPU: (.*)", "lowering",
      "this runs in interpret mode but would not compile for a TPU: {0}"),
 ]
