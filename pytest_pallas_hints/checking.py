@@ -365,6 +365,11 @@ _DMA_SAYS = {
         "and cannot convert, so the destination would hold the source's bits read as "
         "another type. Give the VMEM buffer the dtype of the array it copies (x.dtype), "
         "and cast values in the kernel after the copy has landed."),
+    "dma_shape": (
+        "this copy goes between windows of two shapes (under 'shapes'): a DMA copies a "
+        "window onto a window of the same shape. Is the VMEM buffer shaped like the part "
+        "of the array it receives (not transposed, not one row short), and does each "
+        ".at[...] name the part you mean?"),
     "dma_out_of_bounds": (
         "this copy names a part of a ref past its ends (a slice, a slot or a semaphore "
         "index): a TPU would copy the wrong memory or fault. Check the index against "
@@ -385,7 +390,8 @@ def _dma_finding(problem, sources) -> diagnose.Finding:
     if problem.other is not None:
         facts.append((_DMA_OTHER.get(problem.kind, "in flight"), at(problem.other)))
     if problem.detail:
-        facts.append(("dtypes" if problem.kind == "dma_dtype" else "window", problem.detail))
+        label = {"dma_dtype": "dtypes", "dma_shape": "shapes"}.get(problem.kind, "window")
+        facts.append((label, problem.detail))
     return diagnose.Finding(problem.kind, _DMA_SAYS[problem.kind], facts=facts)
 
 

@@ -92,8 +92,9 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
         findings.append(_nan_finding(nan, bad, grid, tail))
     if not np.any(y) and np.any(e):
         findings.append(Finding("zeros", (
-            f"your {name} is all zeros: was anything stored? A kernel writes its "
-            "result with o_ref[...] = value.")))
+            f"your {name} is all zeros: was anything stored, and was it stored after the "
+            "value was computed (not before the loop or the pipeline that fills it)? A "
+            "kernel writes its result with o_ref[...] = value.")))
     factor = _constant_factor(y, e, tolerance)
     if factor is not None:
         findings.append(Finding("scaled", (
@@ -118,18 +119,25 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
             "often, or a wrong initial value?"), facts=[("offset", f"yours = {shown}")]))
     if _looks_transposed(y, e, tolerance):
         findings.append(Finding("transposed", (
-            f"your {name} equals the transpose of the expected one: are the grid axes "
-            "or an index map's (i, j) swapped?")))
+            f"your {name} equals the transpose of the expected one: are the grid axes or "
+            "an index map's (i, j) swapped, or the two operands of a matmul?")))
     if tail is not None and not nan.any():
         findings.append(Finding("tail", (
             f"only the last block along dim {tail} is wrong, the one that hangs off the "
             "end of the array: its out-of-range part holds garbage; mask it "
             "(iota + program_id) before it mixes with real values.")))
-    side = _diagonal_side(bad)
-    if side:
+    side, width = _diagonal_side(bad)
+    if side and width == 1:
         findings.append(Finding(f"{side}_diagonal", (
-            f"the wrong values sit {side} the diagonal of the last two dims: "
-            "is a mask comparing rows and columns off by one (< against <=)?")))
+            f"the wrong values sit {'on' if side == 'on' else 'just ' + side} the diagonal "
+            "of the last two dims, one wide: is a mask comparing rows and columns off by "
+            "one (< against <=)?")))
+    elif side:
+        findings.append(Finding(f"{side}_diagonal", (
+            f"the wrong values sit {side} the diagonal of the last two dims, in a band "
+            f"{width} wide that starts at it: does the mask compare rows and columns the "
+            "right way, from the right place (where its diagonal starts, a bound on the "
+            "other side)?")))
     rounding = _rounding(y, e, bad, nan, grid, tolerance) if not side else None
     if rounding is not None:
         findings.append(rounding)
@@ -172,6 +180,13 @@ def _shape_finding(yours, expected, shape_row) -> Finding:
 
 
 def _nan_finding(nan: np.ndarray, bad: np.ndarray, grid, tail: int | None) -> Finding:
+    if nan.all():
+        return Finding("never_stored", (
+            "every value is NaN: nothing was stored into the output, or only values "
+            "computed from memory never written. Does the store sit under a pl.when whose "
+            "condition never holds (the last step of another axis?), or in a branch no step "
+            "takes? Or did the stored value read a scratch before it was initialised, or a "
+            "DMA buffer before its wait()?"))
     if tail is not None:
         return Finding("nan", (
             f"the NaNs sit in the last block along dim {tail}, which hangs off the end of "
@@ -307,18 +322,20 @@ def _looks_transposed(y, e, tolerance) -> bool:
     return bool(close(np.swapaxes(y, -1, -2), e, tolerance).all())
 
 
-def _diagonal_side(bad: np.ndarray) -> str | None:
+def _diagonal_side(bad: np.ndarray) -> tuple[str | None, int]:
+    """("above" / "below" / "on", the width of the band of wrong diagonals) when the
+    wrong values touch the diagonal from one side; (None, 0) otherwise."""
     if bad.ndim < 2 or min(bad.shape[-2:]) < 2 or bad.all():
-        return None
+        return None, 0
     rows, cols = np.nonzero(bad.reshape(-1, *bad.shape[-2:]).any(axis=0))
     offset = cols - rows  # the wrong values must reach the diagonal, not lie far from it
     if offset.min() == 1:
-        return "above"
+        return "above", int(offset.max())
     if offset.max() == -1:
-        return "below"
+        return "below", int(-offset.min())
     if offset.min() == offset.max() == 0:
-        return "on"
-    return None
+        return "on", 1
+    return None, 0
 
 
 class _BlockGrid:
@@ -489,20 +506,34 @@ def _source_line(where: tuple[str, int]) -> str:
         return ""
 
 
-def _out_of_bounds(block: str, name: str, step: str) -> str:
-    """Why an index map pointed outside its array, guessed from the numbers."""
+def _out_of_bounds(block: str, name: str, step: str, rest: str = "") -> str:
+    """Why an index map pointed outside its array, read from the numbers: the block it
+    asked for, the grid step, and (where the message says) the window and array shape."""
     said = (f"at grid step {step}, the index map of {name} asks for block {block}, "
             "which lies outside the array. ")
     wanted = [int(n) for n in re.findall(r"-?\d+", block)]
     at = [int(n) for n in re.findall(r"-?\d+", step)]
+    windows = re.findall(r"slice\((-?\d+), (-?\d+)", rest)
+    sizes = [int(stop) - int(start) for start, stop in windows]
+    shape = re.search(r"has shape (\([^)]*\))", rest)
     if len(at) >= 2 and wanted[:len(at)] == at[::-1]:
         return said + ("That is the grid step reversed: does the index map return (j, i) "
                        "where the grid runs over (i, j)?")
-    if any(w > a > 0 and w % a == 0 for w in wanted for a in at):
-        return said + ("It looks like an element offset (i * block size): index maps "
+    if sizes and any(size > 1 and a > 0 and w == a * size
+                     for w, size in zip(wanted, sizes) for a in at):
+        return said + ("It is an element offset (grid index × block size): index maps "
                        "return block indices, which Pallas multiplies by the block shape.")
-    return said + ("Index maps return block indices, from 0 to the number of blocks - 1 "
-                   "along each dim; check it against the grid.")
+    where = ""
+    if shape and sizes and len(sizes) == len(wanted):
+        dims = [int(n) for n in re.findall(r"\d+", shape[1])]
+        counts = [-(-d // b) if b else 0 for d, b in zip(dims, sizes)]
+        past = [f"along dim {d} it has {c} block{'s' * (c != 1)} (0 to {c - 1})"
+                for d, (w, c) in enumerate(zip(wanted, counts)) if w >= c or w < 0]
+        where = (f"The array has shape {shape[1]}: " + "; ".join(past) + ". ") if past else ""
+    return said + where + ("Index maps return block indices, from 0 to the number of "
+                           "blocks - 1 along each dim. Either the index map asks for the "
+                           "wrong block, or the array is smaller than the grid walks (for an "
+                           "output: out_shape).")
 
 
 def _kernel_arg_names(text: str) -> str:
@@ -595,11 +626,13 @@ _ERRORS = [
     (r"Invalid shape for `swap`\. Ref shape: (\([^)]*\))\..*?Value shape: (\([^)]*\))",
      "store_shape",
      "you stored a value of shape {1} into a ref of shape {0}: a store must match the "
-     "ref's block shape (keepdims=True on a reduction, or index the ref)."),
+     "ref's shape. Compare the two: a reduction without keepdims=True, a block with a "
+     "dim of size 1 that its BlockSpec should squeeze (None), a scratch or out_shape of "
+     "another shape, or a slice of the wrong size?"),
     (r"Invalid dtype for `swap`\. Ref dtype: (\w+)\. Value dtype: (\w+)", "store_dtype",
      "you stored a {1} value into a {0} ref: cast it first, value.astype(o_ref.dtype)."),
     (r"Out-of-bounds block index (\([^)]*\)) for (?:input|output) \"(\w+)\" in iteration "
-     r"(\([^)]*\))", "out_of_bounds", lambda block, name, step: _out_of_bounds(block, name, step)),
+     r"(\([^)]*\))(.*)", "out_of_bounds", _out_of_bounds),
     (r"The kernel function in the pallas_call (\w+) .*?should return None", "kernel_returns",
      "a kernel returns nothing: {0} must store its result into an output ref, "
      "o_ref[...] = value, instead of returning it."),
@@ -609,7 +642,9 @@ _ERRORS = [
     (r"Revisited block .*? of output (\d+) in iteration (\([^)]*\))", "revisited",
      "output {0} goes back to a block it left earlier (at grid step {1}): its first "
      "result was already written back and would be overwritten. The steps that write "
-     "one output block must be consecutive: put the reduction axis last in the grid."),
+     "one output block must be consecutive and in order: put the axis along which the "
+     "block stays put last in the grid, and mark it \"arbitrary\" (the steps of a "
+     "\"parallel\" axis may be split between cores)."),
     (r"Out-of-bounds read of .*?: reading \[(.*?)\] but buffer has shape (\([^)]*\))",
      "out_of_bounds_ref",
      "a read past the end of a buffer inside the kernel: it reads at {0} in a ref of "

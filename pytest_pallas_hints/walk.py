@@ -77,7 +77,8 @@ class DmaProblem:
     started into a window another copy in flight still writes), "dma_wrong_semaphore"
     (a wait that describes a copy but names another semaphore than it signals: blamed
     on the wait, the copy as ``other``), "dma_dtype" (a copy between refs of two
-    dtypes: a DMA moves bytes, it does not convert), "dma_shared_semaphore"
+    dtypes: a DMA moves bytes, it does not convert), "dma_shape" (a copy between
+    windows of two shapes), "dma_shared_semaphore"
     (a wait on a semaphore that reads and writes signal together: either kind of copy
     landing could end it) or "dma_out_of_bounds" (a copy or wait that names a window
     past the ends of a ref, a semaphore's too)."""
@@ -131,6 +132,10 @@ class Ledger:
         if None not in dtypes and dtypes[0] != dtypes[1]:
             self.problems.append(DmaProblem("dma_dtype", eqn,
                                             detail=f"{dtypes[0]} -> {dtypes[1]}"))
+        shapes = [_extent(box) for box in (refs.src_box, refs.dst_box)]
+        if None not in shapes and shapes[0] != shapes[1]:
+            self.problems.append(DmaProblem("dma_shape", eqn, detail=(
+                f"{_shown(refs.src_box)} -> {_shown(refs.dst_box)}")))
         for copy in self.in_flight:
             if copy.dst is refs.dst and _overlap(copy.dst_box, refs.dst_box):
                 self.problems.append(self._misnamed(copy) or
@@ -204,6 +209,15 @@ class Ledger:
             self.followed = False
             self.in_flight = []
         return self.followed
+
+
+def _extent(box) -> tuple | None:
+    """The shape of a window, dims of size 1 left out (an index squeezes them)."""
+    return None if box is None else tuple(hi - lo for lo, hi in box if hi - lo != 1)
+
+
+def _shown(box) -> str:
+    return "(" + ", ".join(str(hi - lo) for lo, hi in box) + ")"
 
 
 def _overlap(a, b) -> bool:
