@@ -175,6 +175,20 @@ class Measured:
                     moved += nbytes
         return moved
 
+    def copies_of(self, array) -> "np.ndarray":
+        """How many times the kernels' own DMAs copied each element of ``array`` (an
+        argument left in HBM): 0 where nothing read it, 2 where two copies did."""
+        mine = {(site.index, n) for site, n in self._operands_from(array)}
+        copied = np.zeros(np.shape(array), np.int64)
+        for run, counts in zip(self.executed, self.steps):
+            for source, box, _, _ in counts.dma_windows:
+                if (run.site.index, source) in mine:
+                    if box is None or len(box) != copied.ndim:
+                        fail("uncountable", "the kit cannot tell which part of the array a "
+                                            "copy of yours reads (an index it cannot know).")
+                    copied[tuple(slice(lo, hi) for lo, hi in box)] += 1
+        return copied
+
     def _operands_from(self, array) -> list:
         import jax
 
@@ -322,6 +336,9 @@ def _outside_finding(eqn, past: str, sources) -> diagnose.Finding:
 def _line_of(eqn, sources) -> str:
     from pathlib import Path
 
+    if eqn.primitive.name.startswith("dma") and jaxcompat.from_emit_pipeline(eqn):
+        return ("a copy that pltpu.emit_pipeline makes for one of its BlockSpecs: check "
+                "their block shapes and index maps (block indices, not element offsets)")
     where = program._user_line(eqn, sources) or program._user_line(eqn, None)
     if where is None:
         return "(inside JAX: the line that called it is not known)"
@@ -347,13 +364,17 @@ _DMA_SAYS = {
     "dma_not_waited": (
         "a copy started here is still in flight when the kernel ends: nothing waits for "
         "it, so its data may not have landed. Every .start() needs a .wait() on the same "
-        "copy before the kernel (or its run_scoped) ends."),
+        "copy before the kernel (or its run_scoped) ends, under the same condition, and "
+        "within the loop's bounds: a loop that stops one step early (// where pl.cdiv is "
+        "needed) leaves the copies its last step started unwaited."),
     "dma_overwrite": (
         "this copy writes into a buffer that an earlier copy, still in flight (the line "
         "under 'in flight'), is writing too: the two race, and neither result can be "
         "trusted. Either that earlier copy was never waited (every .start() needs its "
-        ".wait(), under the same condition), or this copy picked the wrong slot. Wait "
-        "for a slot's copy (and use its data) before you start the next copy into it."),
+        ".wait(), under the same condition, and inside the loop's bounds: a loop that "
+        "stops one step early never waits its last copies), or this copy picked the wrong "
+        "slot. Wait for a slot's copy (and use its data) before you start the next copy "
+        "into it."),
     "dma_wrong_semaphore": (
         "this .wait() describes the copy started at the line under 'started', but names "
         "another semaphore (or slot) than that copy signals: a wait takes its bytes from "

@@ -432,7 +432,7 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
         where, code = _learner_line([(*error.pallas_where, "")], root, chapter_files)
         code = code or _source_line(error.pallas_where)
     kind = type(error).__name__
-    text = _kernel_arg_names(text)
+    text = _kernel_arg_names(_real_error(text))
     if kind == "NotImplementedError" and where and "raise NotImplementedError" not in code:
         text = "NotImplementedError (not a stub): " + text[len("NotImplementedError: "):]
     for pattern, name, says in _ERRORS:
@@ -536,6 +536,16 @@ def _out_of_bounds(block: str, name: str, step: str, rest: str = "") -> str:
                            "output: out_shape).")
 
 
+def _real_error(text: str) -> str:
+    """The error inside a runtime error that carries a Python traceback as its message
+    (a kernel that failed in interpret mode): its last "Type: message" line."""
+    if "Traceback (most recent call last)" not in text:
+        return text
+    found = re.findall(r"^\s*(\w+(?:Error|Exception)\b.*)$", text.split(
+        "Traceback (most recent call last)", 1)[1], re.M)
+    return found[-1].strip() if found else text
+
+
 def _kernel_arg_names(text: str) -> str:
     """'args[1] in pallas_call k at f.py:9' -> 'y_ref in ...': the kernel's own names."""
     found = re.search(r"pallas_call (\w+) at (\S+\.py):(\d+)", text)
@@ -621,6 +631,24 @@ _ERRORS = [
      "index_map_arity",
      "an index map must return {0} block indices, one per dim of its block, but "
      "returns {1}: return a tuple with an index for every dim (even when it is 0)."),
+    (r"carry input and carry output must have equal types.*?component (\S+) has type "
+     r"(\S+\]) but the corresponding output carry component has type (\S+\])",
+     "carry_type",
+     "a loop body (lax.fori_loop, @pl.loop) must return its carry with the shape and dtype "
+     "it got: {0} came in as {1} and went out as {2}. A sum over the wrong axis, a missing "
+     "keepdims=True, or a dtype changed on the way?"),
+    (r"carry input and carry output must have equal types", "carry_type",
+     "a loop body (lax.fori_loop, @pl.loop) must return its carry with the shape and dtype "
+     "it got. A sum over the wrong axis, a missing keepdims=True, or a dtype changed on the "
+     "way?"),
+    (r"Cannot signal on a non-\(\)-shaped semaphore: (\([^)]*\))", "not_a_semaphore",
+     "a copy was given a ref of shape {0} where its semaphore goes: the kernel gets its "
+     "scratch refs in the order of scratch_shapes. Are the kernel's parameters in that "
+     "order, and is the semaphore the third argument of pltpu.make_async_copy?"),
+    (r"dma_wait requires a DMA semaphore, but got a regular semaphore", "regular_semaphore",
+     "a copy signals and waits on a DMA semaphore: give it pltpu.SemaphoreType.DMA in "
+     "scratch_shapes, not SemaphoreType.REGULAR (which only pl.semaphore_signal and "
+     "pl.semaphore_wait use)."),
     (r"Index map function .*? must return integer scalars", "index_map_arity",
      "an index map must return integer block indices (use // not /)."),
     (r"Invalid shape for `swap`\. Ref shape: (\([^)]*\))\..*?Value shape: (\([^)]*\))",
@@ -670,7 +698,7 @@ _ERRORS = [
      "this would not compile for a TPU: its MXU adds up a matmul in 32 bits, so a dot "
      "of bf16 blocks must return float32 (jnp.dot(..., preferred_element_type="
      "jnp.float32)); cast where you store, not in the dot."),
-    (r"^LoweringFailed.*Unimplemented primitive in Pallas TPU lowering(?: for \w+)?: (\w+)",
+    (r"^LoweringFailed.*Unimplemented primitive in Pallas TPU lowering(?: for [\w.]+)?: (\w+)",
      "lowering_primitive",
      "this runs in interpret mode but would not compile for a TPU: `{0}` has no lowering "
      "inside a TPU kernel. A cumulative sum becomes a masked sum over a triangle (an iota "
@@ -683,17 +711,23 @@ _ERRORS = [
 
 # --------------------------------------------------------------- render ---
 
+# A finding that is a case of a broader one: a puzzle's words for the broader kind
+# (written for what goes wrong there) serve when it has none for the narrow one.
+_BROADER = {"never_stored": "nan", "unwritten": "nan"}
+
+
 def render(findings: list[Finding], words: dict[str, str] | None = None,
            output: str | None = None) -> list[str]:
     """Fact rows, then one ``diagnosis`` sentence for the most specific finding (the
     first): the puzzle's own words for its kind if it has them ("kind:output", e.g.
-    "blocks:dq", or "kind:detail", e.g. "outside:rev", before "kind"), else the
-    engine's."""
+    "blocks:dq", or "kind:detail", e.g. "outside:rev", before "kind"; then the same for
+    the broader kind, "nan" for "never_stored"), else the engine's."""
     if not findings:
         return []
     rows = [row for f in findings for row in f.facts]
     first, words = findings[0], words or {}
-    keys = [f"{first.kind}:{output}", f"{first.kind}:{first.detail}", first.kind]
+    kinds = [first.kind] + ([_BROADER[first.kind]] if first.kind in _BROADER else [])
+    keys = [k for kind in kinds for k in (f"{kind}:{output}", f"{kind}:{first.detail}", kind)]
     chosen = next((words[k] for k in keys if k in words), first.says)
     lines = []
     for label, text in rows + [("diagnosis", chosen)]:

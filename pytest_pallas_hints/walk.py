@@ -55,6 +55,8 @@ class Counts:
     dma_problems: list = dataclasses.field(default_factory=list)   # DmaProblem, in order
     dmas_followed: bool = True    # False: a copy the ledger could not follow (remote, or
     #                               a semaphore index it cannot know), so no problem is told
+    dma_windows: list = dataclasses.field(default_factory=list)    # (source operand, its
+    #                               box, destination operand, its box) per DMA started
     dma_operands: list = dataclasses.field(default_factory=list)   # (source operand,
     #                               destination operand, bytes) per DMA: kernel operand
     #                               positions (None: a scratch or a run_scoped buffer)
@@ -358,6 +360,8 @@ class Walk:
             self.counts.dmas.append(copy)
             self.counts.dma_operands.append((getattr(refs.src, "operand", None),
                                              getattr(refs.dst, "operand", None), copy[2]))
+            self.counts.dma_windows.append((getattr(refs.src, "operand", None), refs.src_box,
+                                            getattr(refs.dst, "operand", None), refs.dst_box))
             self.ledger.start(refs, eqn, into=copy[1])
             return unknown
         if name == "dma_wait":
