@@ -1,0 +1,576 @@
+"""Tests for exercises/norms.py. Run them, don't edit them:
+
+    pytest exercises/test_norms.py                    # all puzzles of the chapter
+    pytest exercises/test_norms.py -k long_rows       # one puzzle
+    pytest exercises/test_norms.py -k long_rows --hint
+
+Every test compares your kernels with the same function computed in float64 NumPy,
+on at least two shapes (one an edge case: rows or columns the block does not divide,
+a single block, bfloat16), forward and, where the puzzle is a backward, every
+gradient through jax.vjp. Then it counts what your kernels did: the bytes they
+moved between HBM and VMEM (a row kernel reads its input once and writes its output
+once), the VMEM they took where a row must never be whole in it, and for the loss
+the dots they executed and every array of the program (no [T, V] array may exist
+outside VMEM). Last, it checks that the kernels would compile for a real TPU.
+Tests marked `tpu` run realistic sizes on a real TPU and are skipped elsewhere.
+
+The bfloat16 configurations of the running-statistics puzzles are long (many
+column or vocabulary blocks, with a long tail of small terms): a statistic kept in
+bfloat16 drops that tail and fails on its values, besides the precision rule.
+"""
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_vmem,
+                                 check_work, fail, lowers_for_tpu, measure)
+
+norms = chapter("norms")
+
+puzzle = pytest.mark.puzzle
+on_tpu = pytest.mark.tpu
+
+# What each lesson requires of your program, checked from its trace: your own
+# kernels compute the statistics (the max, the sums, the exp); nothing but reshapes
+# happens around them.
+SOFTMAX = Structure(inside={"reduce_max", "reduce_sum", "exp"})
+NORM = Structure(inside={"reduce_sum"})
+XENT = Structure(inside={"dot_general", "reduce_max", "exp"})
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def is_tpu_size(*dims):
+    return math.prod(dims) > 2 ** 24
+
+
+def f64(*arrays):
+    return [np.asarray(a, np.float64) for a in arrays]
+
+
+def lane_statistics(block_rows):
+    """VMEM a kernel may spend on per-row statistics: two (block_rows, 128) float32
+    buffers (one float per row, or a row of 128 lanes as TPU kernels often keep)."""
+    return 2 * block_rows * 128 * 4
+
+
+# --- the expected values, in float64 NumPy -----------------------------------------
+
+def softmax64(x):
+    x, = f64(x)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def online64(x, block_cols, *, rescale=True, reset=False):
+    """softmax from the running max and sum taken column block by column block:
+    rescale=False leaves l unrescaled when the max moves; reset=True keeps only the
+    last block's statistics."""
+    x, = f64(x)
+    m = np.full((x.shape[0], 1), -np.inf)
+    l = np.zeros_like(m)
+    for start in range(0, x.shape[1], block_cols):
+        block = x[:, start:start + block_cols]
+        if reset:
+            m, l = np.full_like(m, -np.inf), np.zeros_like(l)
+        m_new = np.maximum(m, block.max(axis=1, keepdims=True))
+        l = (np.exp(m - m_new) if rescale else 1) * l + np.exp(block - m_new).sum(axis=1,
+                                                                              keepdims=True)
+        m = m_new
+    return np.exp(x - m) / l
+
+
+def long_tail(rng, R, C, block_cols, dtype):
+    """Rows whose mass sits in one column block (values near 0, drawn at a random block)
+    and a long tail of small terms elsewhere (near -6): a float32 running sum keeps the
+    tail, a bfloat16 one rounds each block's share of it away."""
+    x = rng.normal((R, C), scale=0.5) - 6
+    j = int(rng.integers((), 0, C // block_cols))
+    x[:, j * block_cols:(j + 1) * block_cols] = rng.normal((R, block_cols), scale=0.05)
+    return x.astype(jnp.dtype(dtype))
+
+
+def rms64(x, scale, dy, eps):
+    """y, dx, dscale of RMSNorm, and the pieces the likely wrong answers need."""
+    x, scale, dy = f64(x, scale, dy)
+    ms = (x * x).mean(axis=1, keepdims=True)
+    inv_rms = 1 / np.sqrt(ms + eps)
+    x_hat = x * inv_rms
+    g = dy * scale
+    dx = inv_rms * (g - x_hat * (g * x_hat).mean(axis=1, keepdims=True))
+    return dict(y=x_hat * scale, inv_rms=inv_rms, dx=dx, dscale=(dy * x_hat).sum(axis=0),
+                ms=ms, g=g, x_hat=x_hat)
+
+
+def layer_norm64(x, scale, bias, dy, eps, *, ddof=0):
+    x, scale, bias, dy = f64(x, scale, bias, dy)
+    mean = x.mean(axis=1, keepdims=True)
+    var = ((x - mean) ** 2).sum(axis=1, keepdims=True) / (x.shape[1] - ddof)
+    rstd = 1 / np.sqrt(var + eps)
+    x_hat = (x - mean) * rstd
+    g = dy * scale
+    dx = rstd * (g - g.mean(axis=1, keepdims=True) - x_hat * (g * x_hat).mean(axis=1,
+                                                                               keepdims=True))
+    return dict(y=x_hat * scale + bias, dx=dx, dscale=(dy * x_hat).sum(axis=0),
+                dbias=dy.sum(axis=0), mean=mean, rstd=rstd)
+
+
+def xent64(h, w, labels, dloss=None, *, blocks=None):
+    """loss [T], lse [T] and, with dloss, dh and dw of cross_entropy, in float64.
+    blocks=(first, stop): the statistics of vocabulary columns [first, stop) only (a
+    logsumexp over one block; the label's logit counts only if it lies there)."""
+    h, w = f64(h, w)
+    logits = h @ w
+    T = len(labels)
+    picked = logits[np.arange(T), labels]
+    if blocks is not None:
+        first, stop = blocks
+        logits = logits[:, first:stop]
+        picked = np.where((labels >= first) & (labels < stop), picked, 0.0)
+    m = logits.max(axis=1, keepdims=True)
+    lse = m[:, 0] + np.log(np.exp(logits - m).sum(axis=1))
+    out = dict(loss=lse - picked, lse=lse)
+    if dloss is not None:
+        dlogits = np.exp(logits - lse[:, None])
+        out["no_label_term"] = dlogits * np.asarray(dloss, np.float64)[:, None]
+        dlogits[np.arange(T), labels] -= 1
+        out["undirected"] = dlogits
+        dlogits = dlogits * np.asarray(dloss, np.float64)[:, None]
+        out.update(dh=dlogits @ w.T, dw=h.T @ dlogits, dlogits=dlogits)
+    return out
+
+
+def with_grads(*args, function, cotangent, **static):
+    """function(*args) and its gradients for the output cotangent `cotangent` (an argument,
+    so that it is an input of the measured program like the others)."""
+    out, vjp = jax.vjp(functools.partial(function, **static), *args)
+    return (out, *vjp(cotangent))
+
+
+# 1 -------------------------------------------------------------------------
+@puzzle("norms.row_softmax")
+@pytest.mark.parametrize("R, C, block_rows, dtype, scale", [
+    pytest.param(20, 384, 8, "float32", 100.0,
+                 id="R=20 C=384 block_rows=8 logits up to ~400 (the last block 4 rows)"),
+    pytest.param(16, 1000, 16, "bfloat16", 3.0,
+                 id="R=16 C=1000 block_rows=16 bf16 (one block, C not a multiple of 128)"),
+    pytest.param(4096, 8192, 16, "bfloat16", 3.0, id="R=4096 C=8192 bf16-tpu", marks=on_tpu),
+])
+def test_row_softmax(R, C, block_rows, dtype, scale, rng):
+    x = rng.normal((R, C), dtype, scale=scale)
+    ran = measure(norms.softmax_rows, x, block_rows=block_rows, structure=SOFTMAX.where(
+        grid=(cdiv(R, block_rows),), blocks={0: (block_rows, C)}))
+    expected = softmax64(x)
+
+    def unnormalised():
+        x64, = f64(x)
+        return np.exp(x64 - x64.max(axis=1, keepdims=True)).astype(dtype)
+
+    check(ran, expected.astype(dtype), blocks=(block_rows, None), axes="R C",
+          likely={"unnormalised": unnormalised})
+    if is_tpu_size(R, C):
+        return
+    check_traffic(ran, reference=2 * x.nbytes, minimum=2 * x.nbytes)
+    lowers_for_tpu(ran)
+
+
+# 2 -------------------------------------------------------------------------
+@puzzle("norms.long_rows")
+@pytest.mark.parametrize("R, C, block_rows, block_cols, dtype", [
+    pytest.param(20, 1000, 8, 128, "float32",
+                 id="R=20 C=1000 block_rows=8 block_cols=128 (8 column blocks, the last 104 wide)"),
+    pytest.param(16, 2048, 16, 128, "bfloat16",
+                 id="R=16 C=2048 block_cols=128 bf16 (16 column blocks, a long tail of small terms)"),
+    pytest.param(4096, 65536, 16, 2048, "bfloat16", id="R=4096 C=65536 bf16-tpu", marks=on_tpu),
+])
+def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
+    """Right values; the row never whole in VMEM; x read twice (one read per pass) and
+    the output written once."""
+    if dtype == "float32":   # the running max moves from block to block
+        x = rng.normal((R, C), dtype, scale=20.0)
+    else:
+        x = long_tail(rng, R, C, block_cols, dtype)
+    ran = measure(norms.softmax_long, x, block_rows=block_rows, block_cols=block_cols,
+                  structure=SOFTMAX.where(grid=(cdiv(R, block_rows), 2, cdiv(C, block_cols)),
+                                          blocks={0: (block_rows, block_cols)}))
+    check(ran, softmax64(x).astype(dtype), blocks=(block_rows, block_cols), axes="R C",
+          likely={"l_not_rescaled": lambda: online64(x, block_cols, rescale=False).astype(dtype),
+                  "last_block_statistics": lambda: online64(x, block_cols,
+                                                            reset=True).astype(dtype)})
+    if is_tpu_size(R, C):
+        return
+    block = block_rows * block_cols * x.itemsize
+    check_vmem(ran, most=2 * 2 * block + lane_statistics(block_rows), why=(
+        "a row is never whole in VMEM: one (block_rows, block_cols) block of x and one of "
+        "the output at a time, and a few numbers per row for the statistics."))
+    check_traffic(ran, reference=3 * x.nbytes, minimum=2 * x.nbytes)
+    lowers_for_tpu(ran)
+
+
+# 3 -------------------------------------------------------------------------
+@puzzle("norms.softmax_grad")
+@pytest.mark.parametrize("R, C, block_rows, block_cols, dtype", [
+    pytest.param(24, 640, 8, None, "float32", id="R=24 C=640 block_rows=8 whole rows"),
+    pytest.param(20, 1000, 16, 256, "bfloat16",
+                 id="R=20 C=1000 block_rows=16 block_cols=256 bf16 (both dims with a tail)"),
+    pytest.param(4096, 32768, 16, 2048, "bfloat16", id="R=4096 C=32768 bf16-tpu",
+                 marks=on_tpu),
+])
+def test_softmax_grad(R, C, block_rows, block_cols, dtype, rng):
+    """jax.vjp of softmax: y and dx right, from two kernels of yours (the forward and
+    the backward), each reading its inputs once per pass."""
+    x = rng.normal((R, C), dtype, scale=3.0)
+    dy = rng.normal((R, C), dtype)
+    ran = measure(with_grads, x, function=norms.softmax, cotangent=dy, block_rows=block_rows,
+                  block_cols=block_cols,
+                  structure=SOFTMAX.where(kernels=2, inside={"exp", "reduce_sum", "mul"},
+                                          blocks={0: (block_rows, block_cols or C)}))
+    y, dx = ran.output
+    p = softmax64(x)
+    dy64, x64 = f64(dy, x)
+    tolerance = None if dtype == "float32" else 3e-2   # y is rounded to bf16 before dx
+    check(y, p.astype(dtype), name="y", blocks=(block_rows, block_cols), axes="R C")
+
+    def dx_of(y):
+        return lambda: (y * (dy64 - (dy64 * y).sum(axis=1, keepdims=True))).astype(dtype)
+
+    check(dx, dx_of(p)(), name="dx", blocks=(block_rows, block_cols), axes="R C",
+          tolerance=tolerance,
+          likely={"given_x": dx_of(x64), "no_row_sum": lambda: (p * dy64).astype(dtype),
+                  "sign_flipped": lambda: -dx_of(p)()})
+    if is_tpu_size(R, C):
+        return
+    passes = 1 if block_cols is None else 2
+    # forward: x read once per pass, y written; backward: y and dy read once per pass,
+    # dx written.
+    check_traffic(ran, reference=(passes + 1 + 2 * passes + 1) * x.nbytes,
+                  minimum=5 * x.nbytes)
+    lowers_for_tpu(ran)
+
+
+# 4 -------------------------------------------------------------------------
+@puzzle("norms.rms_forward")
+@pytest.mark.parametrize("R, D, block_rows, dtype, eps", [
+    pytest.param(20, 384, 8, "float32", 1e-2,
+                 id="R=20 D=384 block_rows=8 eps=0.01 (the last block 4 rows)"),
+    pytest.param(16, 1000, 16, "bfloat16", 1e-6,
+                 id="R=16 D=1000 block_rows=16 bf16 (one block)"),
+    pytest.param(8192, 4096, 256, "bfloat16", 1e-6, id="R=8192 D=4096 bf16-tpu", marks=on_tpu),
+])
+def test_rms_forward(R, D, block_rows, dtype, eps, rng):
+    """y and the saved 1 / rms right; x read once, y and one float per row written."""
+    x = rng.normal((R, D), dtype, scale=0.3)   # small rows: eps matters
+    scale = rng.normal((D,), dtype)
+    ran = measure(norms.rms_norm_forward, x, scale, eps=eps, block_rows=block_rows,
+                  structure=NORM.where(grid=(cdiv(R, block_rows),),
+                                       blocks={0: (block_rows, D)}))
+    if not (isinstance(ran.output, (tuple, list)) and len(ran.output) == 2):
+        fail("returned", "rms_norm_forward returns two arrays: (y, inv_rms).",
+             [("returned", type(ran.output).__name__)])
+    y, inv_rms = ran.output
+    truth = rms64(x, scale, x, eps)
+    x64, scale64 = f64(x, scale)
+    check(y, truth["y"].astype(dtype), name="y", blocks=(block_rows, None), axes="R D",
+          likely={"eps_outside": lambda: (x64 / (np.sqrt(truth["ms"]) + eps) * scale64)
+                  .astype(dtype),
+                  "scale_missing": lambda: truth["x_hat"].astype(dtype)})
+    if np.shape(inv_rms) == x.shape:
+        fail("saves_normalised", (
+            "your second output is [R, D]: the normalised rows. The backward needs one "
+            "number per row, 1 / rms, as a [R, 1] float32 array."),
+            [("inv_rms", f"expected {(R, 1)} float32 · yours {np.shape(inv_rms)} "
+                         f"{np.asarray(inv_rms).dtype}")])
+    check(inv_rms, truth["inv_rms"].astype(np.float32), name="inv_rms",
+          blocks=(block_rows, None), axes="R 1",
+          likely={"rms_not_inverted": lambda: (1 / truth["inv_rms"]).astype(np.float32)})
+    if is_tpu_size(R, D):
+        return
+    moved = x.nbytes + scale.nbytes + x.nbytes + R * 4
+    check_traffic(ran, reference=moved, minimum=moved)
+    lowers_for_tpu(ran)
+
+
+# 5 -------------------------------------------------------------------------
+def row_blocks(values, block_rows):
+    """Per-block sums over rows: [num_blocks, ...]."""
+    return np.stack([values[s:s + block_rows].sum(axis=0)
+                     for s in range(0, len(values), block_rows)])
+
+
+@puzzle("norms.rms_backward")
+@pytest.mark.parametrize("R, D, block_rows, dtype", [
+    pytest.param(20, 256, 8, "float32", id="R=20 D=256 block_rows=8 (the last block 4 rows)"),
+    pytest.param(48, 128, 16, "bfloat16", id="R=48 D=128 block_rows=16 bf16"),
+    pytest.param(8192, 4096, 256, "bfloat16", id="R=8192 D=4096 bf16-tpu", marks=on_tpu),
+])
+def test_rms_backward(R, D, block_rows, dtype, rng):
+    """jax.vjp of rms_norm: y, dx and dscale right (dscale summed over every row block),
+    from two kernels; the backward reads x, scale, 1 / rms and dy once."""
+    x, dy = rng.normal((R, D), dtype), rng.normal((R, D), dtype)
+    scale = rng.normal((D,), dtype)
+    ran = measure(with_grads, x, scale, function=norms.rms_norm, cotangent=dy, eps=1e-6,
+                  block_rows=block_rows,
+                  structure=NORM.where(kernels=2, grid=(cdiv(R, block_rows),),
+                                       blocks={0: (block_rows, D)}))
+    y, dx, dscale = ran.output
+    truth = rms64(x, scale, dy, 1e-6)
+    tolerance = None if dtype == "float32" else 3e-2
+    check(y, truth["y"].astype(dtype), name="y", blocks=(block_rows, None), axes="R D")
+    check(dx, truth["dx"].astype(dtype), name="dx", blocks=(block_rows, None), axes="R D",
+          tolerance=tolerance,
+          likely={"no_mean_term": lambda: (truth["inv_rms"] * truth["g"]).astype(dtype)})
+    partial = row_blocks(f64(dy)[0] * truth["x_hat"], block_rows)
+    check(dscale, truth["dscale"].astype(dtype), name="dscale", tolerance=tolerance,
+          likely={"last_block_only": lambda: partial[-1].astype(dtype),
+                  "first_block_only": lambda: partial[0].astype(dtype)})
+    if is_tpu_size(R, D):
+        return
+    row, vector = R * D * x.itemsize, D * scale.itemsize
+    # forward: x, scale in; y, 1/rms out. backward: x, scale, 1/rms, dy in; dx, dscale out.
+    moved = (row + vector + row + 4 * R) + (2 * row + vector + 4 * R + row + vector)
+    check_traffic(ran, reference=moved, minimum=moved)
+    lowers_for_tpu(ran)
+
+
+# 6 -------------------------------------------------------------------------
+@puzzle("norms.layer_norm")
+@pytest.mark.parametrize("R, D, block_rows, dtype, offset", [
+    pytest.param(20, 256, 8, "float32", 100.0,
+                 id="R=20 D=256 block_rows=8 rows far from zero (mean ~100)"),
+    pytest.param(32, 384, 16, "bfloat16", 0.0, id="R=32 D=384 block_rows=16 bf16"),
+    pytest.param(8192, 4096, 256, "bfloat16", 0.0, id="R=8192 D=4096 bf16-tpu", marks=on_tpu),
+])
+def test_layer_norm(R, D, block_rows, dtype, offset, rng):
+    """jax.vjp of layer_norm: y, dx, dscale and dbias right, from two kernels; the
+    forward saves two floats per row."""
+    x = (rng.normal((R, D)) + offset).astype(jnp.dtype(dtype))
+    dy = rng.normal((R, D), dtype)
+    scale, bias = rng.normal((D,), dtype), rng.normal((D,), dtype)
+    ran = measure(with_grads, x, scale, bias, function=norms.layer_norm, cotangent=dy, eps=1e-5,
+                  block_rows=block_rows,
+                  structure=NORM.where(kernels=2, grid=(cdiv(R, block_rows),),
+                                       blocks={0: (block_rows, D)}))
+    y, dx, dscale, dbias = ran.output
+    truth = layer_norm64(x, scale, bias, dy, 1e-5)
+    tolerance = None if dtype == "float32" else 3e-2
+    x64, scale64, bias64 = f64(x, scale, bias)
+    ms = (x64 * x64).mean(axis=1, keepdims=True)
+    check(y, truth["y"].astype(dtype), name="y", blocks=(block_rows, None), axes="R D",
+          likely={"unbiased_variance": lambda: layer_norm64(x, scale, bias, dy, 1e-5,
+                                                            ddof=1)["y"].astype(dtype),
+                  "not_centred": lambda: (x64 / np.sqrt(ms + 1e-5) * scale64 + bias64)
+                  .astype(dtype)})
+    check(dx, truth["dx"].astype(dtype), name="dx", blocks=(block_rows, None), axes="R D",
+          tolerance=tolerance)
+    dy64, = f64(dy)
+    partial = row_blocks(dy64, block_rows)
+    check(dscale, truth["dscale"].astype(dtype), name="dscale", tolerance=tolerance,
+          likely={"dscale_dbias_swapped": lambda: truth["dbias"].astype(dtype)})
+    check(dbias, truth["dbias"].astype(dtype), name="dbias", tolerance=tolerance,
+          likely={"last_block_only": lambda: partial[-1].astype(dtype),
+                  "dscale_dbias_swapped": lambda: truth["dscale"].astype(dtype)})
+    if is_tpu_size(R, D):
+        return
+    row, vector = R * D * x.itemsize, D * scale.itemsize
+    # forward: x, scale, bias in; y, mean, 1/std out. backward: x, scale, mean, 1/std,
+    # dy in; dx, dscale, dbias out.
+    moved = (row + 2 * vector + row + 8 * R) + (2 * row + vector + 8 * R + row + 2 * vector)
+    check_traffic(ran, reference=moved, minimum=moved)
+    lowers_for_tpu(ran)
+
+
+# 7 and 8 -----------------------------------------------------------------------
+def xent_inputs(rng, T, D, V, block_v, dtype, logits):
+    """h [T, D], w [D, V], labels [T]. logits="large": magnitudes around 1e4 (a naive
+    exp overflows). "long_tail": h's first feature is a constant 1, so w's first row is
+    a bias per vocabulary entry: 0 in one vocabulary block, -6 elsewhere. The mass sits
+    in that block, and every other block adds a sliver that a float32 sum keeps and a
+    bfloat16 one rounds away."""
+    labels = rng.integers((T,), 0, V)
+    if logits == "large":
+        return (rng.normal((T, D), dtype, scale=30.0), rng.normal((D, V), dtype, scale=40.0),
+                labels)
+    h = rng.normal((T, D), scale=1.0)
+    w = rng.normal((D, V), scale=0.02)
+    h[:, 0] = 1.0
+    j = int(rng.integers((), 0, V // block_v))
+    w[0] = -6.0
+    w[0, j * block_v:(j + 1) * block_v] = 0.0
+    return h.astype(jnp.dtype(dtype)), w.astype(jnp.dtype(dtype)), labels
+
+
+def check_no_vocabulary_array(ran, T, V):
+    """No array of T * V elements or more anywhere outside VMEM: not a kernel's operand
+    or output, not a JAX op around the kernels; and fewer bytes written to HBM than one
+    [T, V] float32 array."""
+    for site in ran.program.sites:
+        for block in site.call.blocks:
+            if math.prod(block.array_shape) >= T * V:
+                fail("materialised", (
+                    f"{block.name} of your kernel {site.call.name}() is a "
+                    f"{tuple(block.array_shape)} array in HBM: as large as the logits. The "
+                    "lesson is that no [T, V] array ever leaves VMEM."),
+                    [("array", f"{block.name}: {tuple(block.array_shape)} "
+                               f"{np.dtype(block.dtype).name} · the logits: ({T}, {V})")])
+    for op in ran.program.ops:
+        if op.nbytes >= T * V:
+            fail("materialised", (
+                f"a {op.name} around your kernels moves {op.nbytes:,} bytes: an array as "
+                "large as the logits exists in HBM. No [T, V] array may leave VMEM."),
+                [("op", f"{op.name}: {op.nbytes:,} bytes · the logits: ({T}, {V})")])
+    if ran.traffic.written >= T * V * 4:
+        fail("materialised", (
+            "your kernels write as many bytes to HBM as one [T, V] float32 array: the "
+            "logits (or something as large) went out of VMEM."),
+            [("written", f"{ran.traffic.written:,} bytes · one [T, V] float32 array "
+                         f"{T * V * 4:,} bytes")])
+
+
+def xent_flops(T, D, V, block_t, block_v, dots):
+    """Flops of `dots` (block_t x D) @ (D x block_v)-sized dots per (token block,
+    vocabulary block) pair."""
+    return cdiv(T, block_t) * cdiv(V, block_v) * dots * 2 * block_t * D * block_v
+
+
+# 7 -------------------------------------------------------------------------
+@puzzle("norms.fused_xent")
+@pytest.mark.parametrize("T, D, V, block_t, block_v, dtype, logits", [
+    pytest.param(200, 64, 1000, 128, 256, "float32", "large",
+                 id="T=200 D=64 V=1000 block_t=128 block_v=256 logits ~1e4 (tails on T and V)"),
+    pytest.param(128, 64, 2048, 128, 128, "bfloat16", "long_tail",
+                 id="T=128 D=64 V=2048 block_v=128 bf16 (16 vocabulary blocks, a long tail)"),
+    pytest.param(8192, 4096, 131072, 256, 2048, "bfloat16", "large",
+                 id="T=8192 D=4096 V=131072 bf16-tpu", marks=on_tpu),
+])
+def test_fused_xent(T, D, V, block_t, block_v, dtype, logits, rng):
+    """loss and lse right and finite; one kernel, whose dots are one (block_t, D) x
+    (D, block_v) product per (token block, vocabulary block); no [T, V] array outside
+    VMEM; h read once, w once per token block."""
+    h, w, labels = xent_inputs(rng, T, D, V, block_v, dtype, logits)
+    ran = measure(norms.cross_entropy_forward, h, w, labels, block_t=block_t, block_v=block_v,
+                  structure=XENT.where(grid=(cdiv(T, block_t), cdiv(V, block_v)),
+                                       blocks={0: (block_t, D), 1: (D, block_v)}))
+    if not (isinstance(ran.output, (tuple, list)) and len(ran.output) == 2):
+        fail("returned", "cross_entropy_forward returns two arrays: (loss, lse).",
+             [("returned", type(ran.output).__name__)])
+    loss, lse = ran.output
+    if np.isinf(np.asarray(loss, np.float64)).any():
+        fail("overflow", (
+            "your loss is infinite: exp overflowed (float32 exp is inf beyond about 88, and "
+            "these logits reach 1e4)."),
+            [("loss", f"{int(np.isinf(np.asarray(loss, np.float64)).sum())} of {T} "
+                      "values are inf")])
+    truth = xent64(h, w, labels)
+    first = (V - 1) // block_v * block_v
+
+    def one_block(part, start, stop):
+        return lambda: xent64(h, w, labels, blocks=(start, stop))[part].astype(np.float32)
+
+    check(loss, truth["loss"].astype(np.float32), name="loss", blocks=(block_t,), axes="T",
+          likely={"last_vocabulary_block": one_block("loss", first, V),
+                  "first_vocabulary_block": one_block("loss", 0, block_v)})
+    check(lse, truth["lse"][:, None].astype(np.float32), name="lse", blocks=(block_t, None),
+          axes="T 1", likely={"last_vocabulary_block": lambda: one_block(
+              "lse", first, V)()[:, None]})
+    if is_tpu_size(T, V):
+        return
+    check_no_vocabulary_array(ran, T, V)
+    check_work(ran, flops=xent_flops(T, D, V, block_t, block_v, 1))
+    tile = (block_t * D + D * block_v) * h.itemsize
+    check_vmem(ran, most=2 * tile + 2 * 3 * block_t * 4 + 3 * lane_statistics(block_t) // 2,
+               why=("one block of h and one of w at a time (two buffers each), and a few "
+                    "numbers per token: the logits tile is a value, never a buffer."))
+    per_token = T * 4
+    check_traffic(ran, reference=h.nbytes + cdiv(T, block_t) * w.nbytes + 3 * per_token,
+                  minimum=h.nbytes + w.nbytes + 3 * per_token)
+    lowers_for_tpu(ran)
+
+
+# 8 -------------------------------------------------------------------------
+@puzzle("norms.xent_backward")
+@pytest.mark.parametrize("T, D, V, block_t, block_v, dtype", [
+    pytest.param(200, 64, 1000, 128, 256, "float32",
+                 id="T=200 D=64 V=1000 block_t=128 block_v=256 (tails on T and V)"),
+    pytest.param(256, 128, 640, 128, 128, "bfloat16", id="T=256 D=128 V=640 block_v=128 bf16"),
+    pytest.param(8192, 4096, 131072, 256, 2048, "bfloat16",
+                 id="T=8192 D=4096 V=131072 bf16-tpu", marks=on_tpu),
+])
+def test_xent_backward(T, D, V, block_t, block_v, dtype, rng):
+    """jax.vjp of cross_entropy: the loss, dh and dw right, from three kernels (the
+    forward, dh, dw) that recompute the logits block by block: no [T, V] array outside
+    VMEM, and the dots of five products per (token block, vocabulary block) pair."""
+    labels = rng.integers((T,), 0, V)
+    h = rng.normal((T, D), dtype)
+    w = rng.normal((D, V), dtype, scale=0.3)
+    dloss = rng.normal((T,), "float32")
+    ran = measure(with_grads, h, w, function=functools.partial(norms.cross_entropy, labels=labels),
+                  cotangent=dloss, block_t=block_t, block_v=block_v,
+                  structure=XENT.where(kernels=3))
+    loss, dh, dw = ran.output
+    truth = xent64(h, w, labels, dloss)
+    tolerance = 1e-4 if dtype == "float32" else 3e-2
+    check(loss, truth["loss"].astype(np.float32), name="loss", blocks=(block_t,), axes="T",
+          tolerance=1e-4)
+    h64, w64 = f64(h, w)
+
+    def grads(dlogits):
+        return {"dh": lambda: (dlogits @ w64.T).astype(dtype),
+                "dw": lambda: (h64.T @ dlogits).astype(dtype)}
+
+    no_label, undirected = grads(truth["no_label_term"]), grads(truth["undirected"])
+    check(dh, truth["dh"].astype(dtype), name="dh", blocks=(block_t, None), axes="T D",
+          tolerance=tolerance,
+          likely={"no_label_term": no_label["dh"], "dloss_ignored": undirected["dh"]})
+    check(dw, truth["dw"].astype(dtype), name="dw", blocks=(None, block_v), axes="D V",
+          tolerance=tolerance,
+          likely={"no_label_term": no_label["dw"], "dloss_ignored": undirected["dw"]})
+    if is_tpu_size(T, V):
+        return
+    check_no_vocabulary_array(ran, T, V)
+    # The forward's dot, then the dh kernel's two (logits, dlogits w^T) and the dw
+    # kernel's two (logits, h^T dlogits).
+    check_work(ran, flops=xent_flops(T, D, V, block_t, block_v, 5))
+    num_t, num_v, per_token = cdiv(T, block_t), cdiv(V, block_v), T * 4
+    forward = h.nbytes + num_t * w.nbytes + 3 * per_token
+    dh_kernel = h.nbytes + num_t * w.nbytes + 3 * per_token + h.nbytes
+    dw_kernel = num_v * (h.nbytes + 3 * per_token) + w.nbytes + w.nbytes
+    check_traffic(ran, reference=forward + dh_kernel + dw_kernel,
+                  minimum=forward + h.nbytes + w.nbytes + 3 * per_token + h.nbytes + w.nbytes)
+    lowers_for_tpu(ran)
+
+
+@puzzle("norms.xent_backward")
+@pytest.mark.parametrize("bad", [
+    pytest.param(-1, id="a label of -1"),
+    pytest.param(1000, id="a label of V"),
+])
+def test_xent_backward_rejects_bad_labels(bad, rng):
+    """A label outside [0, V) fails up front with a ValueError naming labels, before any
+    kernel is built (the labels are concrete here)."""
+    T, D, V = 16, 64, 1000
+    h, w = rng.normal((T, D)), rng.normal((D, V))
+    labels = rng.integers((T,), 0, V)
+    labels[3] = bad
+    try:
+        jax.eval_shape(functools.partial(norms.cross_entropy, labels=labels, block_t=8,
+                                         block_v=128), h, w)
+    except ValueError as error:
+        if "labels" in str(error):
+            return
+        fail("argument_check", "cross_entropy raised a ValueError that does not name "
+             "labels.", [("raised", str(error).splitlines()[0][:200])])
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail("argument_check", f"cross_entropy with a label of {bad} (V={V}) should raise a "
+             "ValueError naming labels before any kernel is built; it failed later, "
+             "inside JAX.", [("raised", f"{type(error).__name__}: "
+                                        f"{str(error).splitlines()[0][:200]}")])
+    fail("argument_check", f"cross_entropy with a label of {bad} (V={V}) should raise a "
+         "ValueError naming labels; it raised nothing.", [("labels", f"labels[3] = {bad}")])
