@@ -250,11 +250,12 @@ def rms_norm(x, scale, *, eps=1e-6, block_rows=16):
         raise ValueError(f"rms_norm: x must be [R, D] and scale [D]; got shapes {x.shape} "
                          f"and {scale.shape}")
     _check_block("rms_norm", "block_rows", block_rows, 8)
-    block_rows = min(block_rows, x.shape[0])
+    block_rows = min(block_rows, len(x))
 
     @jax.custom_vjp
     def normalise(x, scale):
-        return rms_norm_forward(x, scale, eps=eps, block_rows=block_rows)[0]
+        y, _ = rms_norm_forward(x, scale, eps=eps, block_rows=block_rows)
+        return y
 
     def normalise_forward(x, scale):
         y, inv_rms = rms_norm_forward(x, scale, eps=eps, block_rows=block_rows)
@@ -357,11 +358,12 @@ def layer_norm(x, scale, bias, *, eps=1e-5, block_rows=16):
         raise ValueError(f"layer_norm: x must be [R, D], scale and bias [D]; got shapes "
                          f"{x.shape}, {scale.shape} and {bias.shape}")
     _check_block("layer_norm", "block_rows", block_rows, 8)
-    block_rows = min(block_rows, x.shape[0])
+    block_rows = min(block_rows, len(x))
 
     @jax.custom_vjp
     def normalise(x, scale, bias):
-        return layer_norm_forward(x, scale, bias, eps=eps, block_rows=block_rows)[0]
+        y, _, _ = layer_norm_forward(x, scale, bias, eps=eps, block_rows=block_rows)
+        return y
 
     def normalise_forward(x, scale, bias):
         y, mean, rstd = layer_norm_forward(x, scale, bias, eps=eps, block_rows=block_rows)
@@ -543,7 +545,8 @@ def cross_entropy(h, w, labels, *, block_t=128, block_v=512):
 
     @jax.custom_vjp
     def loss(h, w, labels):
-        return cross_entropy_forward(h, w, labels, block_t=block_t, block_v=block_v)[0]
+        per_token, _ = cross_entropy_forward(h, w, labels, block_t=block_t, block_v=block_v)
+        return per_token
 
     def loss_forward(h, w, labels):
         per_token, lse = cross_entropy_forward(h, w, labels, block_t=block_t, block_v=block_v)
@@ -558,6 +561,8 @@ def cross_entropy(h, w, labels, *, block_t=128, block_v=512):
 
 
 def _check_block(function, name, block, multiple):
+    """PROVIDED: raises a ValueError naming the argument unless block is a positive
+    multiple of multiple (8 for rows and tokens, 128 for columns and vocabulary)."""
     if not isinstance(block, (int, np.integer)) or block <= 0 or block % multiple:
         raise ValueError(f"{function}: {name}={block!r} must be a positive multiple of "
                          f"{multiple}")
