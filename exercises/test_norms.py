@@ -87,12 +87,14 @@ def online64(x, block_cols, *, rescale=True, reset=False):
 
 
 def long_tail(rng, R, C, block_cols, dtype):
-    """Rows whose mass sits in one column block (values near 0, drawn at a random block)
-    and a long tail of small terms elsewhere (near -6): a float32 running sum keeps the
-    tail, a bfloat16 one rounds each block's share of it away."""
-    x = rng.normal((R, C), scale=0.5) - 6
-    j = int(rng.integers((), 0, C // block_cols))
-    x[:, j * block_cols:(j + 1) * block_cols] = rng.normal((R, block_cols), scale=0.05)
+    """Rows whose mass sits in one of the first three column blocks (zeros: the row's
+    max, and a sum of block_cols) and a long tail of small terms in the others (near
+    -5.8, each block adding about 0.4 to the sum): a float32 running sum keeps the tail,
+    a bfloat16 one (8 significant bits: 128 + 0.4 is 128) rounds every block's share
+    of it away, and the softmax comes out 4% too large."""
+    x = rng.normal((R, C), scale=0.3) - 5.8
+    j = int(rng.integers((), 0, 3))
+    x[:, j * block_cols:(j + 1) * block_cols] = 0.0
     return x.astype(jnp.dtype(dtype))
 
 
@@ -208,7 +210,7 @@ def test_row_softmax(R, C, block_rows, dtype, scale, rng):
                  id="R=17 C=1025 block_rows=8 block_cols=128 (9 column blocks, the last 1 wide)"),
     pytest.param(16, 2048, 16, 128, "bfloat16",
                  id="R=16 C=2048 block_cols=128 bf16 (16 column blocks, a long tail of small terms)"),
-    pytest.param(4096, 65536, 16, 2048, "bfloat16", id="R=4096 C=65536 bf16-tpu", marks=on_tpu),
+    pytest.param(2048, 65536, 16, 2048, "bfloat16", id="R=2048 C=65536 bf16-tpu", marks=on_tpu),
 ])
 def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
     """Right values; the row never whole in VMEM; x read twice (one read per pass) and
@@ -223,7 +225,9 @@ def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
     ran = measure(norms.softmax_long, x, block_rows=block_rows, block_cols=block_cols,
                   structure=SOFTMAX.where(grid=(cdiv(R, block_rows), 2, cdiv(C, block_cols)),
                                           blocks={0: (block_rows, block_cols)}))
+    # bf16 outputs: the final rounding costs at most 0.4%; a bf16 statistic costs 4%.
     check(ran, softmax64(x).astype(dtype), blocks=(block_rows, block_cols), axes="R C",
+          tolerance=None if dtype == "float32" else 1e-2,
           likely={"l_not_rescaled": lambda: online64(x, block_cols, rescale=False).astype(dtype),
                   "last_block_statistics": lambda: online64(x, block_cols,
                                                             reset=True).astype(dtype)})
@@ -243,7 +247,7 @@ def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
     pytest.param(24, 640, 8, None, "float32", id="R=24 C=640 block_rows=8 whole rows"),
     pytest.param(17, 1025, 16, 256, "bfloat16",
                  id="R=17 C=1025 block_rows=16 block_cols=256 bf16 (tails of 1 row, 1 column)"),
-    pytest.param(4096, 32768, 16, 2048, "bfloat16", id="R=4096 C=32768 bf16-tpu",
+    pytest.param(2048, 32768, 16, 2048, "bfloat16", id="R=2048 C=32768 bf16-tpu",
                  marks=on_tpu),
 ])
 def test_softmax_grad(R, C, block_rows, block_cols, dtype, rng):
@@ -286,7 +290,7 @@ def test_softmax_grad(R, C, block_rows, block_cols, dtype, rng):
                  id="R=17 D=384 block_rows=8 eps=0.01 (the last block 1 row)"),
     pytest.param(16, 1000, 16, "bfloat16", 1e-6,
                  id="R=16 D=1000 block_rows=16 bf16 (one block)"),
-    pytest.param(8192, 4096, 256, "bfloat16", 1e-6, id="R=8192 D=4096 bf16-tpu", marks=on_tpu),
+    pytest.param(8192, 4096, 64, "bfloat16", 1e-6, id="R=8192 D=4096 bf16-tpu", marks=on_tpu),
 ])
 def test_rms_forward(R, D, block_rows, dtype, eps, rng):
     """y and the saved 1 / rms right; x read once, y and one float per row written."""
@@ -333,7 +337,7 @@ def row_blocks(values, block_rows):
     pytest.param(17, 256, 8, "float32", id="R=17 D=256 block_rows=8 (the last block 1 row)"),
     pytest.param(12, 128, 16, "bfloat16",
                  id="R=12 D=128 block_rows=16 bf16 (one block: block_rows shrinks to R)"),
-    pytest.param(8192, 4096, 256, "bfloat16", id="R=8192 D=4096 bf16-tpu", marks=on_tpu),
+    pytest.param(8192, 4096, 64, "bfloat16", id="R=8192 D=4096 bf16-tpu", marks=on_tpu),
 ])
 def test_rms_backward(R, D, block_rows, dtype, rng):
     """jax.vjp of rms_norm: y, dx and dscale right (dscale summed over every row block),
@@ -372,7 +376,7 @@ def test_rms_backward(R, D, block_rows, dtype, rng):
                  id="R=17 D=256 block_rows=8 rows far from zero (mean ~100)"),
     pytest.param(12, 384, 16, "bfloat16", 0.0,
                  id="R=12 D=384 block_rows=16 bf16 (one block: block_rows shrinks to R)"),
-    pytest.param(8192, 4096, 256, "bfloat16", 0.0, id="R=8192 D=4096 bf16-tpu", marks=on_tpu),
+    pytest.param(8192, 4096, 64, "bfloat16", 0.0, id="R=8192 D=4096 bf16-tpu", marks=on_tpu),
 ])
 def test_layer_norm(R, D, block_rows, dtype, offset, rng):
     """jax.vjp of layer_norm: y, dx, dscale and dbias right, from two kernels; the
@@ -474,8 +478,8 @@ def xent_flops(T, D, V, block_t, block_v, dots):
                  id="T=129 D=64 V=1025 block_t=128 block_v=256 logits ~1e4 (tails of 1)"),
     pytest.param(128, 64, 2048, 128, 128, "bfloat16", "long_tail",
                  id="T=128 D=64 V=2048 block_v=128 bf16 (16 vocabulary blocks, a long tail)"),
-    pytest.param(8192, 4096, 131072, 256, 2048, "bfloat16", "large",
-                 id="T=8192 D=4096 V=131072 bf16-tpu", marks=on_tpu),
+    pytest.param(2048, 2048, 65536, 256, 512, "bfloat16", "large",
+                 id="T=2048 D=2048 V=65536 bf16-tpu", marks=on_tpu),
 ])
 def test_fused_xent(T, D, V, block_t, block_v, dtype, logits, rng):
     """loss and lse right and finite; one kernel, whose dots are one (block_t, D) x
@@ -527,8 +531,8 @@ def test_fused_xent(T, D, V, block_t, block_v, dtype, logits, rng):
     pytest.param(129, 64, 1025, 128, 256, "float32",
                  id="T=129 D=64 V=1025 block_t=128 block_v=256 (tails of 1 token, 1 word)"),
     pytest.param(256, 128, 640, 128, 128, "bfloat16", id="T=256 D=128 V=640 block_v=128 bf16"),
-    pytest.param(8192, 4096, 131072, 256, 2048, "bfloat16",
-                 id="T=8192 D=4096 V=131072 bf16-tpu", marks=on_tpu),
+    pytest.param(2048, 2048, 16384, 256, 512, "bfloat16",
+                 id="T=2048 D=2048 V=16384 bf16-tpu", marks=on_tpu),
 ])
 def test_xent_backward(T, D, V, block_t, block_v, dtype, rng):
     """jax.vjp of cross_entropy: the loss, dh and dw right, from three kernels (the
