@@ -148,6 +148,18 @@ def xent64(h, w, labels, dloss=None, *, blocks=None):
     return out
 
 
+def check_blocks(ran, array, shape, name):
+    """Every kernel operand that is `array` (found by identity: the argument itself, or a
+    value of its shape computed from it, as y from x) moves in blocks of `shape`."""
+    for block in ran.blocks_from(array):
+        if tuple(block.array_shape) == array.shape and tuple(block.block_shape) != shape:
+            fail("blocks_shape", (
+                f"{name} reaches your kernel in blocks of {tuple(block.block_shape)}, the "
+                f"puzzle's are {shape}: the BlockSpec's block shape decides what one grid step "
+                "sees."), [("blocks", f"{block.name}: expected {shape} · yours "
+                                      f"{tuple(block.block_shape)}")])
+
+
 def check_alone(function, *args, like, **static):
     """function(*args) called without jax.grad runs the custom_vjp's own function, which
     the gradient tests never reach (jax.vjp runs the forward rule): traced here, not run,
@@ -169,10 +181,11 @@ def check_alone(function, *args, like, **static):
                        f"{jax.tree_util.tree_map(lambda a: (a.shape, a.dtype.name), alone)}")])
 
 
-def with_grads(*args, function, cotangent, **static):
-    """function(*args) and its gradients for the output cotangent `cotangent` (an argument,
-    so that it is an input of the measured program like the others)."""
-    out, vjp = jax.vjp(functools.partial(function, **static), *args)
+def with_grads(*args, function, **static):
+    """function(*primals) and its gradients, for args = (*primals, cotangent): the
+    cotangent is an argument like the others, an input of the measured program."""
+    *primals, cotangent = args
+    out, vjp = jax.vjp(functools.partial(function, **static), *primals)
     return (out, *vjp(cotangent))
 
 
@@ -187,8 +200,9 @@ def with_grads(*args, function, cotangent, **static):
 ])
 def test_row_softmax(R, C, block_rows, dtype, scale, rng):
     x = rng.normal((R, C), dtype, scale=scale)
-    ran = measure(norms.softmax_rows, x, block_rows=block_rows, structure=SOFTMAX.where(
-        grid=(cdiv(R, block_rows),), blocks={0: (block_rows, C)}))
+    ran = measure(norms.softmax_rows, x, block_rows=block_rows,
+                  structure=SOFTMAX.where(grid=(cdiv(R, block_rows),)))
+    check_blocks(ran, x, (block_rows, C), "x")
     expected = softmax64(x)
 
     def unnormalised():
@@ -223,8 +237,8 @@ def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
     else:
         x = long_tail(rng, R, C, block_cols, dtype)
     ran = measure(norms.softmax_long, x, block_rows=block_rows, block_cols=block_cols,
-                  structure=SOFTMAX.where(grid=(cdiv(R, block_rows), 2, cdiv(C, block_cols)),
-                                          blocks={0: (block_rows, block_cols)}))
+                  structure=SOFTMAX.where(grid=(cdiv(R, block_rows), 2, cdiv(C, block_cols))))
+    check_blocks(ran, x, (block_rows, block_cols), "x")
     # bf16 outputs: the final rounding costs at most 0.4%; a bf16 statistic costs 4%.
     check(ran, softmax64(x).astype(dtype), blocks=(block_rows, block_cols), axes="R C",
           tolerance=None if dtype == "float32" else 1e-2,
@@ -255,10 +269,11 @@ def test_softmax_grad(R, C, block_rows, block_cols, dtype, rng):
     the backward), each reading its inputs once per pass."""
     x = rng.normal((R, C), dtype, scale=3.0)
     dy = rng.normal((R, C), dtype)
-    ran = measure(with_grads, x, function=norms.softmax, cotangent=dy, block_rows=block_rows,
+    ran = measure(with_grads, x, dy, function=norms.softmax, block_rows=block_rows,
                   block_cols=block_cols,
-                  structure=SOFTMAX.where(kernels=2, inside={"exp", "reduce_sum", "mul"},
-                                          blocks={0: (block_rows, block_cols or C)}))
+                  structure=SOFTMAX.where(kernels=2, inside={"exp", "reduce_sum", "mul"}))
+    for array, name in ((x, "x (and y, the forward's output)"), (dy, "dy")):
+        check_blocks(ran, array, (block_rows, block_cols or C), name)
     y, dx = ran.output
     p = softmax64(x)
     dy64, x64 = f64(dy, x)
@@ -297,8 +312,8 @@ def test_rms_forward(R, D, block_rows, dtype, eps, rng):
     x = rng.normal((R, D), dtype, scale=0.3)   # small rows: eps matters
     scale = rng.normal((D,), dtype)
     ran = measure(norms.rms_norm_forward, x, scale, eps=eps, block_rows=block_rows,
-                  structure=NORM.where(grid=(cdiv(R, block_rows),),
-                                       blocks={0: (block_rows, D)}))
+                  structure=NORM.where(grid=(cdiv(R, block_rows),)))
+    check_blocks(ran, x, (block_rows, D), "x")
     if not (isinstance(ran.output, (tuple, list)) and len(ran.output) == 2):
         fail("returned", "rms_norm_forward returns two arrays: (y, inv_rms).",
              [("returned", type(ran.output).__name__)])
@@ -345,9 +360,10 @@ def test_rms_backward(R, D, block_rows, dtype, rng):
     x, dy = rng.normal((R, D), dtype), rng.normal((R, D), dtype)
     scale = rng.normal((D,), dtype)
     rows = min(block_rows, R)    # a block longer than the array shrinks to it
-    ran = measure(with_grads, x, scale, function=norms.rms_norm, cotangent=dy, eps=1e-6,
+    ran = measure(with_grads, x, scale, dy, function=norms.rms_norm, eps=1e-6,
                   block_rows=block_rows,
-                  structure=NORM.where(kernels=2, grid=(cdiv(R, rows),), blocks={0: (rows, D)}))
+                  structure=NORM.where(kernels=2, grid=(cdiv(R, rows),)))
+    check_blocks(ran, x, (rows, D), "x")
     y, dx, dscale = ran.output
     truth = rms64(x, scale, dy, 1e-6)
     tolerance = None if dtype == "float32" else 3e-2
@@ -385,9 +401,10 @@ def test_layer_norm(R, D, block_rows, dtype, offset, rng):
     dy = rng.normal((R, D), dtype)
     scale, bias = rng.normal((D,), dtype), rng.normal((D,), dtype)
     rows = min(block_rows, R)
-    ran = measure(with_grads, x, scale, bias, function=norms.layer_norm, cotangent=dy,
+    ran = measure(with_grads, x, scale, bias, dy, function=norms.layer_norm,
                   eps=1e-5, block_rows=block_rows,
-                  structure=NORM.where(kernels=2, grid=(cdiv(R, rows),), blocks={0: (rows, D)}))
+                  structure=NORM.where(kernels=2, grid=(cdiv(R, rows),)))
+    check_blocks(ran, x, (rows, D), "x")
     y, dx, dscale, dbias = ran.output
     truth = layer_norm64(x, scale, bias, dy, 1e-5)
     tolerance = None if dtype == "float32" else 3e-2
@@ -487,8 +504,9 @@ def test_fused_xent(T, D, V, block_t, block_v, dtype, logits, rng):
     VMEM; h read once, w once per token block."""
     h, w, labels = xent_inputs(rng, T, D, V, block_v, dtype, logits)
     ran = measure(norms.cross_entropy_forward, h, w, labels, block_t=block_t, block_v=block_v,
-                  structure=XENT.where(grid=(cdiv(T, block_t), cdiv(V, block_v)),
-                                       blocks={0: (block_t, D), 1: (D, block_v)}))
+                  structure=XENT.where(grid=(cdiv(T, block_t), cdiv(V, block_v))))
+    check_blocks(ran, h, (block_t, D), "h")
+    check_blocks(ran, w, (D, block_v), "w")
     if not (isinstance(ran.output, (tuple, list)) and len(ran.output) == 2):
         fail("returned", "cross_entropy_forward returns two arrays: (loss, lse).",
              [("returned", type(ran.output).__name__)])
@@ -542,9 +560,11 @@ def test_xent_backward(T, D, V, block_t, block_v, dtype, rng):
     h = rng.normal((T, D), dtype)
     w = rng.normal((D, V), dtype, scale=0.3)
     dloss = rng.normal((T,), "float32")
-    ran = measure(with_grads, h, w, function=functools.partial(norms.cross_entropy, labels=labels),
-                  cotangent=dloss, block_t=block_t, block_v=block_v,
+    ran = measure(with_grads, h, w, dloss, labels=labels, function=norms.cross_entropy,
+                  block_t=block_t, block_v=block_v,
                   structure=XENT.where(kernels=3))
+    check_blocks(ran, h, (block_t, D), "h")
+    check_blocks(ran, w, (D, block_v), "w")
     loss, dh, dw = ran.output
     truth = xent64(h, w, labels, dloss)
     tolerance = 1e-4 if dtype == "float32" else 3e-2
