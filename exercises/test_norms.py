@@ -269,9 +269,14 @@ def test_softmax_grad(R, C, block_rows, block_cols, dtype, rng):
     the backward), each reading its inputs once per pass."""
     x = rng.normal((R, C), dtype, scale=3.0)
     dy = rng.normal((R, C), dtype)
+    # The forward is puzzle 1's or puzzle 2's; the backward walks puzzle 2's grid, with a
+    # single column block for whole rows.
+    two_passes = (cdiv(R, block_rows), 2, cdiv(C, block_cols or C))
+    forward_grid = (cdiv(R, block_rows),) if block_cols is None else two_passes
     ran = measure(with_grads, x, dy, function=norms.softmax, block_rows=block_rows,
                   block_cols=block_cols,
-                  structure=SOFTMAX.where(kernels=2, inside={"exp", "reduce_sum", "mul"}))
+                  structure=SOFTMAX.where(kernels=2, inside={"exp", "reduce_sum", "mul"},
+                                          grid=[forward_grid, two_passes]))
     for array, name in ((x, "x (and y, the forward's output)"), (dy, "dy")):
         check_blocks(ran, array, (block_rows, block_cols or C), name)
     y, dx = ran.output
@@ -563,6 +568,15 @@ def test_xent_backward(T, D, V, block_t, block_v, dtype, rng):
     ran = measure(with_grads, h, w, dloss, labels=labels, function=norms.cross_entropy,
                   block_t=block_t, block_v=block_v,
                   structure=XENT.where(kernels=3))
+    num_t, num_v = cdiv(T, block_t), cdiv(V, block_v)
+    grids = [tuple(site.call.grid) for site in ran.program.sites]
+    if sorted(grids) != sorted([(num_t, num_v), (num_t, num_v), (num_v, num_t)]):
+        fail("grid", (
+            "the three kernels' grids are the forward's (token blocks, vocabulary blocks), "
+            "dh's the same (it sums over v, last) and dw's (vocabulary blocks, token "
+            "blocks) (it sums over t, last)."),
+            [("grids", f"expected {(num_t, num_v)}, {(num_t, num_v)}, {(num_v, num_t)} · "
+                       f"yours {', '.join(map(str, grids))}")])
     check_blocks(ran, h, (block_t, D), "h")
     check_blocks(ran, w, (D, block_v), "w")
     loss, dh, dw = ran.output
@@ -591,7 +605,7 @@ def test_xent_backward(T, D, V, block_t, block_v, dtype, rng):
     # The forward's dot, then the dh kernel's two (logits, dlogits w^T) and the dw
     # kernel's two (logits, h^T dlogits).
     check_work(ran, flops=xent_flops(T, D, V, block_t, block_v, 5))
-    num_t, num_v, per_token = cdiv(T, block_t), cdiv(V, block_v), T * 4
+    per_token = T * 4
     forward = h.nbytes + num_t * w.nbytes + 3 * per_token
     dh_kernel = h.nbytes + num_t * w.nbytes + 3 * per_token + h.nbytes
     dw_kernel = num_v * (h.nbytes + 3 * per_token) + w.nbytes + w.nbytes
