@@ -304,8 +304,9 @@ class Executed:
 
 
 def execute(program: Program, args: tuple):
-    """Runs the program once, compiled. Returns its output and, per kernel run,
-    the scalar-prefetch values it got."""
+    """Runs the program once, compiled, every kernel multiplying as a TPU does
+    (``jaxcompat.tpu_multiplies``). Returns its output and, per kernel run, the
+    scalar-prefetch values it got."""
     import jax
 
     flat = jax.tree_util.tree_leaves(args)
@@ -317,7 +318,7 @@ def execute(program: Program, args: tuple):
         def visit(eqn, invals):
             site = program.sites[program._by_eqn[id(eqn)]]
             captured.append((site.index, list(invals[:site.call.num_prefetch])))
-            return {}
+            return {"jaxpr": jaxcompat.tpu_multiplies(eqn.params["jaxpr"])}
 
         outs = _evaluate(closed.jaxpr, closed.consts, flat_args, visit)
         return outs, captured
