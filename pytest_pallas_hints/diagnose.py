@@ -47,14 +47,17 @@ def close(yours: np.ndarray, expected: np.ndarray, tolerance: float) -> np.ndarr
     """Elementwise: within ``tolerance`` relative to the value and to the largest |expected|."""
     y, e = _f64(yours), _f64(expected)
     scale = float(np.max(np.abs(e), initial=0.0)) or 1.0
-    return np.abs(y - e) <= tolerance * (np.abs(e) + scale)
+    with np.errstate(invalid="ignore", over="ignore"):   # inf - inf is not close: NaN
+        return np.abs(y - e) <= tolerance * (np.abs(e) + scale)
 
 
 def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", blocks=None,
             axes: str | None = None, likely: dict | None = None,
-            tolerance: float = 2e-5, carries: bool | None = None) -> list[Finding]:
+            tolerance: float = 2e-5, carries: bool | None = None,
+            narrow: bool | None = None) -> list[Finding]:
     """How ``yours`` differs from ``expected``, most specific finding first. ``carries``:
-    whether the kernels carry state from step to step (None: not known)."""
+    whether the kernels carry state from step to step; ``narrow``: whether the program
+    holds any bf16 or f16 value (None: not known)."""
     shape_row = ("shape", f"expected {_shape(expected)} · yours {_shape(yours)}")
     if yours.shape != expected.shape:
         return [_shape_finding(yours, expected, shape_row)]
@@ -138,7 +141,8 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
             f"{width} wide that starts at it: does the mask compare rows and columns the "
             "right way, from the right place (where its diagonal starts, a bound on the "
             "other side)?")))
-    rounding = _rounding(y, e, bad, nan, grid, tolerance) if not side else None
+    rounding = _rounding(y, e, bad, nan, grid, tolerance) \
+        if not side and narrow is not False else None
     if rounding is not None:
         findings.append(rounding)
     later = grid.later_only(grid.wrong(bad)) if grid is not None and not side else None
@@ -506,6 +510,21 @@ def _source_line(where: tuple[str, int]) -> str:
         return ""
 
 
+def _broadcast(first: str, second: str) -> str:
+    """Two shapes that do not broadcast; when one is the other less a dim, a reduction
+    lost it."""
+    a, b = ([int(n) for n in re.findall(r"\d+", shape)] for shape in (first, second))
+    short, long = sorted((a, b), key=len)
+    dropped = [d for d in range(len(long)) if long[:d] + long[d + 1:] == short]
+    if len(long) == len(short) + 1 and dropped:
+        return (f"shapes {first} and {second} do not broadcast together. The smaller looks "
+                f"like a reduction of the larger over dim {dropped[-1]} that dropped it: "
+                "pass keepdims=True (jnp.max(x, axis=1, keepdims=True)) so that the result "
+                "keeps a dim of size 1 and broadcasts against the rows it came from.")
+    return (f"shapes {first} and {second} do not broadcast together: dims must be equal "
+            "or 1, compared from the last. Which of the two has the shape you meant?")
+
+
 def _out_of_bounds(block: str, name: str, step: str, rest: str = "") -> str:
     """Why an index map pointed outside its array, read from the numbers: the block it
     asked for, the grid step, and (where the message says) the window and array shape."""
@@ -681,6 +700,18 @@ _ERRORS = [
      "rows than the grid reads "
      "(one per head, say)? A scalar read whose index may be out of range belongs "
      "inside the pl.when that needs it."),
+    (r"Incompatible shapes for broadcasting: shapes=\[(\([^)]*\)), (\([^)]*\))\]",
+     "broadcast", _broadcast),
+    (r"Custom VJP bwd rule must produce .*?but got bwd output structure (.*?) for primal "
+     r"input structure (.*?)\.?$", "vjp_structure",
+     "your backward rule (the bwd of jax.custom_vjp) must return a tuple with one "
+     "gradient per argument of the primal function, in their order: (dx,) for a function "
+     "of one argument, None for an argument that has no gradient (integer labels, say). "
+     "Yours returned {0} for arguments {1}."),
+    (r"Linearization failed to produce known values", "no_vjp",
+     "JAX cannot differentiate a pallas_call by itself: wrap the function that calls it "
+     "in jax.custom_vjp, with a forward that returns the output and what the backward "
+     "needs, and a backward (a kernel of its own) that returns one gradient per input."),
     (r"(\S+)\(\) takes (\d+) positional arguments? but (\d+) (?:were|was) given",
      "arity",
      "{0}() takes {1} arguments but was called with {2}. If it is an index map: Pallas "
