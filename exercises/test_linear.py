@@ -27,6 +27,7 @@ import pytest
 
 from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_vmem,
                                  check_work, fail, lowers_for_tpu, measure, run_jax)
+from pytest_pallas_hints import jaxcompat
 
 linear = chapter("linear")
 
@@ -144,9 +145,10 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
                             bt if beta_in_rhs else 1.0) * (V - pred)
                         if solve is not None:
                             keep = np.tril(np.ones((C, C)), 0 if solve == "j<=i" else -1)
-                            decay = 1.0 if solve == "undecayed" else np.exp(
-                                np.minimum(cum[:, None] - cum[None, :], 0))
-                            lower = keep * (bt if beta_in_lower else 1.0) * (K @ K.T) * decay
+                            decay = 1.0 if solve == "undecayed" else np.exp(np.where(
+                                keep > 0, cum[:, None] - cum[None, :], -np.inf))
+                            lower = np.where(keep > 0, (bt if beta_in_lower else 1.0)
+                                             * (K @ K.T) * decay, 0.0)
                             for i in range(C - 1 if last_row_unsolved else C):
                                 u[i] = u[i] - lower[i] @ u   # rows of u in order, in place
                 new_S = whole * S + (K * to_end).T @ u
@@ -287,83 +289,164 @@ def check_moves_once(ran, *arrays, out_bytes):
 
 OVERFLOW_TIMES_ZERO = (
     "exp before masking: above the diagonal b_i - b_j > 0, so with strong decay exp(b_i - "
-    "b_j) overflows to inf there, and multiplying it by a 0/1 mask gives inf * 0 = NaN on a "
-    "TPU. (XLA on CPU turns a multiply by a converted comparison into a select, so the "
-    "kernel tests here cannot see it.) Mask the exponent with -inf first, then exp: "
+    "b_j) overflows to inf there, and a 0/1 mask times inf is NaN on a TPU. XLA on CPU turns "
+    "that product into a select, so your values look right here; the kit reads the exp and "
+    "the mask from your program. Mask the exponent first, then exp: "
     "jnp.exp(jnp.where(col <= row, b - b_row, -jnp.inf)); exp(-inf) is 0.")
 
 
-def _jaxprs(jaxpr):
-    """A kernel's jaxpr and every jaxpr inside it (jnp functions, conds, loops)."""
-    yield jaxpr
-    for eqn in jaxpr.eqns:
-        for param in eqn.params.values():
-            for inner in (param if isinstance(param, (tuple, list)) else (param,)):
-                inner = getattr(inner, "jaxpr", inner)
-                if hasattr(inner, "eqns"):
-                    yield from _jaxprs(inner)
+# --- read from your kernel's program: what the values on a CPU cannot show --------
 
+def _labelled(jaxpr, rule, labels=()):
+    """Labels every value of `jaxpr` forward, from the labels of its inputs: `rule(eqn,
+    ins)` gives the labels of an equation's outputs from those of its inputs and may
+    yield findings, which this yields. A jit's body (jnp.where is one) is walked with
+    the caller's labels; the bodies of loops and branches on their own."""
+    label = dict(zip(jaxpr.invars, labels))
 
-def _masked_exps(jaxpr):
-    """(exp, mask) pairs of `jaxpr`: a product of an exp whose exponent was not masked
-    first (by a select or a min) and a 0/1 float made from a comparison."""
-    made = {out: eqn for eqn in jaxpr.eqns for out in eqn.outvars}
-
-    def producer(var, through=("broadcast_in_dim", "reshape")):
-        eqn = made.get(var) if not hasattr(var, "val") else None
-        while eqn is not None and eqn.primitive.name in through:
-            eqn = made.get(eqn.invars[0]) if not hasattr(eqn.invars[0], "val") else None
-        return eqn
-
-    def is_mask(var):
-        eqn = producer(var)
-        return (eqn is not None and eqn.primitive.name == "convert_element_type"
-                and eqn.invars[0].aval.dtype == np.bool_)
-
-    def unmasked_exp(var, depth=0):
-        eqn = producer(var, through=())
-        if eqn is None or depth > 8:
-            return None
-        if eqn.primitive.name == "exp":
-            exponent = producer(eqn.invars[0])
-            masked = exponent is not None and (
-                exponent.primitive.name in ("select_n", "min", "clamp")
-                or "where" in str(exponent.params.get("name", "")))
-            return None if masked else eqn
-        if eqn.primitive.name in ("mul", "div", "add", "sub", "neg", "broadcast_in_dim",
-                                  "reshape", "convert_element_type"):
-            return next((found for v in eqn.invars
-                         if (found := unmasked_exp(v, depth + 1)) is not None), None)
-        return None
+    def of(v):
+        return frozenset({"const"}) if jaxcompat.is_literal(v) else label.get(v, frozenset())
 
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "mul":
-            a, b = eqn.invars
-            for value, mask in ((a, b), (b, a)):
-                if is_mask(mask) and (found := unmasked_exp(value)) is not None:
-                    yield found, eqn
+        ins = [of(v) for v in eqn.invars]
+        inner = jaxcompat.inlined(eqn)
+        if inner is not None:
+            outs = yield from _labelled(inner[0], rule, ins)
+        else:
+            for body, _ in jaxcompat.sub_jaxprs(eqn):
+                yield from _labelled(body, rule)
+            out = yield from rule(eqn, ins)
+            outs = [out] * len(eqn.outvars)
+        label.update(zip(eqn.outvars, outs))
+    return [of(v) for v in jaxpr.outvars]
+
+
+# Ops through which a value keeps its labels: elementwise arithmetic, casts, and
+# relabellings of the same values.
+_KEEPS = {"mul", "div", "add", "sub", "neg", "convert_element_type", "broadcast_in_dim",
+          "reshape", "transpose", "squeeze", "expand_dims", "get"}
+
+
+def _exp_times_mask(eqn, ins):
+    """Labels: ("exp", eqn) an exp of an exponent that nothing bounded (no jnp.where, no
+    minimum), or arithmetic on one; "mask" a 0/1 float made from a comparison
+    ((col <= row).astype(...), a bool times a float, jnp.where(col <= row, 1.0, 0.0));
+    "const" a literal; "bounded" a jnp.where or a minimum. Finds (exp, mul): a mask
+    times an unbounded exp."""
+    name = eqn.primitive.name
+    exps = {x for found in ins for x in found if isinstance(x, tuple)}
+    if name == "mul" and any("mask" in found for found in ins):
+        for exp in exps:
+            yield exp[1], eqn
+    if name == "exp":
+        return frozenset() if "bounded" in ins[0] else frozenset({("exp", eqn)})
+    if name in ("select_n", "min", "clamp"):
+        constant = all("const" in found for found in ins[1:])   # jnp.where(c, 1.0, 0.0)
+        return frozenset({"bounded", "mask"} if constant else {"bounded"})
+    if name == "convert_element_type" and eqn.invars[0].aval.dtype == np.bool_:
+        return frozenset({"mask"})
+    out = set(exps) if name in _KEEPS else set()
+    if name in _KEEPS - {"mul", "div", "add", "sub", "neg"}:
+        out |= {x for found in ins for x in found if x in ("mask", "bounded", "const")}
+    return frozenset(out)
 
 
 def check_decay_masked(ran):
     """No exp in the gated kernels is multiplied by a 0/1 mask: an overflow times zero is
     NaN on a TPU, and XLA on CPU hides it (it turns x * convert(mask) into a select)."""
     for site in ran.program.sites:
-        for jaxpr in _jaxprs(site.call.kernel):
-            for exp, mask in _masked_exps(jaxpr):
-                fail("decay_overflow", OVERFLOW_TIMES_ZERO,
-                     [("kernel", f"{site.call.name}(): exp {exp.outvars[0].aval.str_short()} "
-                                 "times a 0/1 mask made from a comparison")]
-                     + [("at", line) for line in _chapter_line(mask)])
+        kernel = jaxcompat.open_jaxpr(site.call.kernel)[0]
+        for exp, mul in _labelled(kernel, _exp_times_mask):
+            shape = "x".join(map(str, exp.outvars[0].aval.shape))
+            fail("decay_overflow", OVERFLOW_TIMES_ZERO,
+                 [("kernel", f"{site.call.name}(): an exp ({shape}) of an exponent no "
+                             "jnp.where bounds, times a 0/1 mask made from a comparison")]
+                 + [("at", line) for line in _chapter_line(mul)])
+
+
+def _narrow_state(eqn, ins):
+    """Labels: "q", "k" values from those inputs, "state" the state scratch (as it is,
+    decayed or updated, never through a matmul), "narrow" the state cast to a float
+    narrower than 32 bits. Finds (dot, the labels of its other operand, the narrow dtype):
+    a matmul with a narrow state."""
+    name = eqn.primitive.name
+    if name == "dot_general":
+        for narrow, other in ((0, 1), (1, 0)):
+            if "narrow" in ins[narrow]:
+                yield eqn, ins[other], eqn.invars[narrow].aval.dtype
+        return frozenset()
+    if name not in _KEEPS:
+        return frozenset()
+    out = frozenset().union(*ins)
+    if name == "convert_element_type" and "state" in out:
+        dtype = np.dtype(eqn.params["new_dtype"])
+        if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize < 4:
+            return out | {"narrow"}
+    return out
+
+
+def check_state_read_in_float32(ran):
+    """No matmul reads the state rounded to bf16: q S (the output) and k S (the delta
+    rule's prediction) read it in float32. The state scratch itself may be float32 and
+    the rounding still happen on the way into the matmul, where the precision rule (what
+    is carried) does not look."""
+    for site in ran.program.sites:
+        kernel = jaxcompat.open_jaxpr(site.call.kernel)[0]
+        labels = [frozenset() for _ in kernel.invars]
+        for j, inputs in enumerate(site.inputs):   # operands, by which input they are
+            labels[j] = frozenset({"q"} if 0 in inputs else {"k"} if 1 in inputs else ())
+        for j in range(len(kernel.invars) - len(site.call.scratch), len(kernel.invars)):
+            labels[j] = frozenset({"state"})
+        for dot, other, dtype in _labelled(kernel, _narrow_state, labels):
+            kind, product = (("prediction_in_bf16", "k S") if "k" in other else
+                             ("state_read_in_bf16", "q S"))
+            fail(kind, (
+                f"the state was rounded to bf16 for {product}: S holds large values whose "
+                "low bits bf16 drops. Read it in float32: cast the other operand up, "
+                "never S down (jnp.dot(x.astype(jnp.float32), state, "
+                "preferred_element_type=jnp.float32))."),
+                [("kernel", f"{site.call.name}(): {product} reads the state in {dtype}")]
+                + [("at", line) for line in _chapter_line(dot)])
 
 
 def _chapter_line(eqn):
-    """["exercises/linear.py:123"]: the line of the chapter's code that made `eqn`."""
-    frames = getattr(getattr(eqn.source_info, "traceback", None), "frames", None) or ()
-    for frame in frames:
-        name = frame.file_name.replace("\\", "/")
-        if not any(part in name for part in ("site-packages", "pytest_pallas_hints", __file__)):
-            return [f"{'/'.join(name.split('/')[-2:])}:{frame.start_line}"]
+    """["linear.py:123"]: the line of the learner's code that made `eqn`, if known."""
+    for path, line in jaxcompat.frames(eqn):
+        path = path.replace("\\", "/")
+        if "/jax/" not in path and "pytest_pallas_hints" not in path \
+                and not path.endswith("test_linear.py") and "/python3." not in path:
+            return [f"{path.rsplit('/', 1)[-1]}:{line}"]
     return []
+
+
+def check_state_reset_once(ran):
+    """The state is zeroed under pl.when only: a store of zeros into a scratch, outside
+    any pl.when and before anything reads it, runs at every grid step."""
+    for site in ran.program.sites:
+        kernel = jaxcompat.open_jaxpr(site.call.kernel)[0]
+        scratch = set(kernel.invars[len(kernel.invars) - len(site.call.scratch):])
+        zeros, used = set(), set()
+
+        def zero(v):
+            return not np.any(v.val) if jaxcompat.is_literal(v) else v in zeros
+
+        for eqn in kernel.eqns:
+            name = eqn.primitive.name
+            if name in ("broadcast_in_dim", "convert_element_type", "reshape") \
+                    and zero(eqn.invars[0]):
+                zeros.add(eqn.outvars[0])
+            refs = [v for v in eqn.invars if not jaxcompat.is_literal(v) and v in scratch]
+            if name == "swap" and refs and eqn.invars[0] not in used and zero(eqn.invars[1]):
+                fail("reset_every_step", (
+                    "S is reset at every step: the store of zeros into the state scratch "
+                    "runs outside any pl.when, at every grid step, before the state is read, "
+                    "so every chunk starts from an empty state and the earlier chunks never "
+                    "reach it. Put it under @pl.when(pl.program_id(2) == 0): only the first "
+                    "chunk of each sequence starts from zeros."),
+                    [("kernel", f"{site.call.name}(): a store of zeros into a scratch of "
+                                f"shape {eqn.invars[0].aval.shape} at every grid step")]
+                    + [("at", line) for line in _chapter_line(eqn)])
+            used.update(refs)
 
 
 def check_chunk_rounded(ran, *, T, chunk):
@@ -376,9 +459,10 @@ def check_chunk_rounded(ran, *, T, chunk):
             fail("chunk_not_rounded", (
                 f"{site.call.name}() ran with chunks of {rows} rows: a chunk longer than the "
                 f"sequence shrinks to T rounded up to a multiple of 8 ({C} here), not to T "
-                "itself. The values are right, and a block as long as the whole T is legal, "
-                "but the puzzle's kernels keep whole 8-row sublanes, as a TPU lays out VMEM, "
-                "and pad T with zeros up to the chunk."),
+                "itself, and T is padded with zeros up to it. The values are right, and a "
+                "block as long as the whole T is legal; but a TPU lays VMEM out in tiles of "
+                "8 rows, so a shorter block takes a whole tile anyway, and this puzzle's "
+                "kernels work on whole tiles."),
                 [("chunk", f"{site.call.name}(): yours {rows} rows · the puzzle's {C} "
                            f"(T={T}, chunk={chunk})")])
 
@@ -458,6 +542,8 @@ def test_chunked(B, N, T, H, Hv, chunk, dtype, offset, rng):
     ran = measure(linear.chunked_call, q, k, v, kernel=linear.linear_kernel, chunk=chunk,
                   structure=chunked_structure(B, N, T, H, Hv, chunk))
     check_chunks_in_order(ran)
+    check_state_reset_once(ran)
+    check_state_read_in_float32(ran)
     check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=tolerance(dtype),
           likely={"state_first": wrong(state_first=True),
                   "state_dropped": wrong(carry=False),
@@ -492,33 +578,38 @@ def test_gating_decay_factors(C, strength, rng):
     log_decay = rng.uniform((C, 1), -strength, 0.0)
     with jax.disable_jit():   # op by op: no rewrite across operations
         factors = linear.decay_factors(jnp.asarray(log_decay))
-    factors = tuple(np.asarray(x) for x in factors) if isinstance(factors, (tuple, list)) else ()
     names = ("within", "since_start", "until_end", "across")
-    if len(factors) != 4:
-        fail("shape", "decay_factors returns a tuple of four arrays: (within (C, C), "
-                      "since_start (C, 1), until_end (C, 1), across (1, 1)).")
+    shapes = ((C, C), (C, 1), (C, 1), (1, 1))
+    if not isinstance(factors, (tuple, list)) or len(factors) != 4:
+        fail("factors_returned", "decay_factors returns a tuple of four arrays: (within "
+             "(C, C), since_start (C, 1), until_end (C, 1), across (1, 1)).")
+    factors = [np.asarray(x) for x in factors]
+    for name, yours, shape in zip(names, factors, shapes):
+        if yours.shape != shape:
+            fail("factor_shape", f"{name} should have shape {shape}, not {yours.shape}: "
+                 "sum with keepdims=True, so that a (C, 1) column scales the rows of q S "
+                 "and of k by broadcasting.", [("shape", f"{name}: expected {shape} · yours "
+                                                         f"{yours.shape}")])
     a = np.asarray(log_decay, np.float64)[:, 0]
 
     def factors_of(b):   # b: the cumulative log decay, (C,)
         total = a.sum()
-        with np.errstate(over="ignore"):
-            within = np.where(np.tri(C, dtype=bool),
-                              np.exp(np.minimum(b[:, None] - b[None, :], 0.0)), 0.0)
+        within = np.where(np.tri(C, dtype=bool),
+                          np.exp(np.minimum(b[:, None] - b[None, :], 0.0)), 0.0)
         return dict(within=within, since_start=np.exp(b)[:, None],
                     until_end=np.exp(total - b)[:, None], across=np.full((1, 1), np.exp(total)))
 
     expected = factors_of(np.cumsum(a))
     exclusive = factors_of(np.cumsum(a) - a)
-    within = factors[0]
-    if within.shape == (C, C) and not np.isfinite(within).all():
-        bad = ~np.isfinite(within)
-        if not bad[np.tri(C, dtype=bool)].any():   # only above the diagonal: masked after exp
-            fail("decay_overflow", OVERFLOW_TIMES_ZERO, [
-                ("within", f"{int(bad.sum())} of the {C * (C - 1) // 2} entries above the "
-                           "diagonal are NaN or inf, evaluated op by op")])
+    nan = np.isnan(factors[0])
+    if nan.any() and not nan[np.tri(C, dtype=bool)].any():   # inf * 0 above the diagonal
+        fail("decay_overflow", OVERFLOW_TIMES_ZERO, [
+            ("within", f"{int(nan.sum())} of the {C * (C - 1) // 2} entries above the "
+                       "diagonal are NaN, evaluated one operation at a time (as a TPU "
+                       "computes them, with no rewrite of the product into a select)")])
     for name, yours in zip(names, factors):
         check(yours, expected[name].astype(np.float32), name=name, tolerance=1e-3,
-              blocks=None, likely={"decay_exclusive": exclusive[name].astype(np.float32)})
+              likely={"decay_exclusive": exclusive[name].astype(np.float32)})
 
 
 @puzzle("linear.gating")
@@ -538,6 +629,8 @@ def test_gating(B, N, T, H, Hv, chunk, strength, rng):
                   chunk=chunk, structure=chunked_structure(B, N, T, H, Hv, chunk, DECAYED,
                                                            per_token=1))
     check_chunks_in_order(ran)
+    check_state_reset_once(ran)
+    check_state_read_in_float32(ran)
     check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=1e-4,
           likely={"decay_twice": wrong(decay_twice=True),
                   "decay_exclusive": wrong(exclusive=True),
@@ -614,6 +707,8 @@ def test_delta_rule(B, N, T, H, Hv, chunk, edges, dtype, rng):
     ran = measure(linear.chunked_call, q, k, v, beta, kernel=linear.delta_kernel,
                   chunk=chunk, structure=chunked_structure(B, N, T, H, Hv, chunk, per_token=1))
     check_chunks_in_order(ran)
+    check_state_reset_once(ran)
+    check_state_read_in_float32(ran)
     check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
           tolerance=tolerance(dtype), likely=delta_likely(wrong))
     if is_tpu_size(B, N, T):
@@ -647,6 +742,8 @@ def test_gated_delta(B, N, T, H, Hv, chunk, strength, edges, dtype, rng):
                   kernel=linear.gated_delta_kernel, chunk=chunk,
                   structure=chunked_structure(B, N, T, H, Hv, chunk, DECAYED, per_token=2))
     check_chunks_in_order(ran)
+    check_state_reset_once(ran)
+    check_state_read_in_float32(ran)
     check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
           tolerance=tolerance(dtype),
           likely={"undecayed_solve": wrong(solve="undecayed"),
