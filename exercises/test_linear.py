@@ -410,12 +410,12 @@ def check_state_read_in_float32(ran):
 
 
 def _chapter_line(eqn):
-    """["linear.py:123"]: the line of the learner's code that made `eqn`, if known."""
+    """["exercises/linear.py:123"]: the line of the learner's code that made `eqn`, if known."""
     for path, line in jaxcompat.frames(eqn):
         path = path.replace("\\", "/")
         if "/jax/" not in path and "pytest_pallas_hints" not in path \
                 and not path.endswith("test_linear.py") and "/python3." not in path:
-            return [f"{path.rsplit('/', 1)[-1]}:{line}"]
+            return [f"{'/'.join(path.split('/')[-2:])}:{line}"]
     return []
 
 
