@@ -700,6 +700,15 @@ _ERRORS = [
      "rows than the grid reads "
      "(one per head, say)? A scalar read whose index may be out of range belongs "
      "inside the pl.when that needs it."),
+    (r"`indices` must not be longer than `shape`: indices=(\([^)]*\)), shape=(\([^)]*\))",
+     "ref_rank",
+     "a ref of shape {1} is indexed with {0}, more indices than it has dims. Is it declared "
+     "with the shape you index: one semaphore per slot is pltpu.SemaphoreType.DMA((2,)), "
+     "a buffer per slot a VMEM scratch with a leading slot dim?"),
+    (r"Out of bound slice: start=(\d+), dim=(\d+)", "slice_out_of_bounds",
+     "a slice starts at {0} in a dim of size {1}, past its end: the last valid start is the "
+     "dim's size minus the slice's. Is the index one step too far (i + 1 where i is meant, "
+     "or a loop bound one too many)?"),
     (r"Incompatible shapes for broadcasting: shapes=\[(\([^)]*\)), (\([^)]*\))\]",
      "broadcast", _broadcast),
     (r"Custom VJP bwd rule must produce .*?but got bwd output structure (.*?) for primal "
