@@ -299,12 +299,18 @@ def test_categories(heads, T, S, block_q, block_kv, rng):
         some, every = reshaped.any(axis=(-2, -1)), reshaped.all(axis=(-2, -1))
         return (some.astype(np.int8) + every).astype(np.int8)
 
+    def rows_see():          # FULL where each row of the tile sees some key
+        tiles = mask.reshape(*mask.shape[:-2], nq, block_q, nkv, block_kv)
+        some, rows = tiles.any(axis=(-3, -1)), tiles.any(axis=-1).all(axis=-2)
+        return (some.astype(np.int8) + rows).astype(np.int8)
+
     check(yours, expected, blocks=(1,) * expected.ndim,
           axes=" ".join(["N"] * (expected.ndim - 2) + ["i", "j"]),
           likely={"codes_swapped": lambda: np.choose(expected, [EMPTY, FULL, PARTIAL])
                   .astype(np.int8),
                   "not_blocks": lambda: counted(mask.reshape(*mask.shape[:-2], nq, nkv,
                                                              block_q, block_kv)),
+                  "rows_see": rows_see,
                   "any_only": lambda: (expected != EMPTY).astype(np.int8),
                   "all_only": lambda: (expected == FULL).astype(np.int8)})
 
@@ -381,6 +387,18 @@ FAMILIES = {   # name: (make_mask options, the mask they mean), from (T, S, rng)
 }
 
 
+def expected_with(options, T, S, causal_rule):
+    """The mask make_mask(T, S, **options) means, its causal part replaced by
+    causal_rule [T, S] (a known wrong answer's)."""
+    visible = causal_rule.copy() if options.get("causal") else np.ones((T, S), bool)
+    if options.get("window") is not None:
+        visible &= window(T, S, *options["window"])
+    if options.get("segments") is not None:
+        q_ids, kv_ids = options["segments"]
+        visible &= q_ids[:, None] == kv_ids[None, :]
+    return visible
+
+
 @puzzle("splash.families")
 @pytest.mark.parametrize("T, S", [
     pytest.param(24, 40, id="T=24 S=40"),
@@ -407,6 +425,13 @@ def test_families(family, T, S, rng):
         likely["window_exclusive"] = lambda: causal(T, S) & window(T, S, left - 1, None)
     if left is None and right is not None:
         likely["window_exclusive"] = lambda: window(T, S, None, right - 1)
+    if options.get("causal") and T != S:   # the last query sees the last key
+        likely["causal_bottom_right"] = lambda: expected_with(
+            options, T, S, (col <= row + S - T) | (col < prefix))
+    if options.get("window") and None in options["window"]:
+        likely["window_none_as_zero"] = lambda: expected_with(
+            dict(options, window=tuple(0 if side is None else side for side in (left, right))),
+            T, S, causal(T, S, prefix=prefix))
     if prefix:
         likely["prefix_inclusive"] = lambda: causal(T, S, prefix=prefix + 1)
         likely["prefix_without_causal"] = lambda: np.broadcast_to(col < prefix, (T, S))
