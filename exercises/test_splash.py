@@ -471,6 +471,7 @@ def test_families_check_their_arguments(bad):
     pytest.param(None, 6, 5, 1, id="6 q blocks x 5 kv blocks, an empty row"),
     pytest.param(3, 4, 7, 2, id="3 tables of 4 x 7, empty rows (one at the start)"),
     pytest.param(None, 1, 1, 0, id="one block"),
+    pytest.param(None, 3, 4, 3, id="3 x 4, every tile empty (one step of padding)"),
     pytest.param(16, 64, 64, 4, id="16 tables of 64 x 64-tpu", marks=on_tpu),
 ])
 def test_compact(heads, nq, nkv, empty_rows, rng):
@@ -484,16 +485,46 @@ def test_compact(heads, nq, nkv, empty_rows, rng):
     if not heads:
         categories = categories[0]
     data_next, block_mask = compacted(categories)
-    yours = splash.compact(categories)
+    try:
+        yours = splash.compact(categories)
+    except ValueError as error:   # a row's visits put into a row of the tables
+        if "broadcast" not in str(error):
+            raise
+        fail("width_short", "a row's visits do not fit in your tables: the width is the "
+             "length of the longest list, the most non-empty tiles in any one row (one q "
+             "block), counted along the kv axis, visit.sum(axis=-1).max(), and at least 1.",
+             [("raised", f"ValueError: {error}"),
+              ("width", f"expected {block_mask.shape[-1]} (the longest row's visits)")])
     if not (isinstance(yours, tuple) and len(yours) == 2):
         fail("returned", "compact returns a tuple of two arrays, (data_next, block_mask).",
              [("returned", f"{type(yours).__name__}")])
     padding = block_mask == EMPTY
     lead = " ".join(["N"] * (categories.ndim - 2))
+    if np.shape(yours[0])[-1:] == np.shape(yours[1])[-1:] == (0,):
+        fail("width_zero", "your tables have width 0: with every tile empty the longest "
+             "list is empty, but the grid's last axis needs one step at least (an axis of "
+             "length 0 runs no step at all, and nothing is ever stored). width = max(1, the "
+             "longest list); that one step is padding, EMPTY.",
+             [("width", f"yours 0 · expected {block_mask.shape[-1]}")])
+    visits = [np.flatnonzero(categories[row] != EMPTY) for row in np.ndindex(categories.shape[:-1])]
+
+    def first_n():   # each row's first n categories, n its number of visits
+        wrong = np.array(block_mask)
+        for row, kv in zip(np.ndindex(categories.shape[:-1]), visits):
+            wrong[row][:kv.size] = categories[row][:kv.size]
+        return wrong
+
     check(yours[1], block_mask, name="block_mask", axes=f"{lead} i j".strip(),
-          blocks=(1,) * block_mask.ndim)
+          blocks=(1,) * block_mask.ndim,
+          likely={"returns_swapped": lambda: data_next,
+                  "padding_category": lambda: ahead(block_mask, block_mask != EMPTY),
+                  "categories_first_n": first_n})
+    raw = np.zeros_like(data_next)   # the visits at the front, padding left at 0
+    for row, kv in zip(np.ndindex(categories.shape[:-1]), visits):
+        raw[row][:kv.size] = kv
     likely = {"padding_zero": lambda: np.where(padding, 0, data_next),
-              "padding_repeats_previous": lambda: previous_filled(data_next, padding)}
+              "padding_repeats_previous": lambda: previous_filled(data_next, padding),
+              "fill_ahead_full_only": lambda: ahead(raw, block_mask == FULL)}
     mine = np.asarray(yours[0])
     if (mine.shape == data_next.shape and (mine[~padding] == data_next[~padding]).all()
             and not any(np.array_equal(mine, wrong()) for wrong in likely.values())):
