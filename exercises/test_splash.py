@@ -657,6 +657,9 @@ def test_sparse_grid(B, N, K, T, S, H, block_q, block_kv, shape, store, dtype, r
     pytest.param(None, 128, 128, 32, 32, "causal", id="T=S=128 block_q=block_kv=32 keys j<=i"),
     pytest.param(2, 96, 160, 32, 32, "random", id="N=2 T=96 S=160 random blocks"),
     pytest.param(None, 64, 128, 16, 32, "window", id="T=64 S=128 block_q=16 block_kv=32 window"),
+    pytest.param(None, 64, 64, 16, 16, "symmetric",
+                 id="T=S=64 blocks 16 window (8, 8): tiles that mirror each other across "
+                    "the diagonal (as many visible keys, other patterns)"),
     pytest.param(None, 32, 64, 32, 32, "full", id="T=32 S=64 nothing partial"),
     pytest.param(8, 8192, 8192, 512, 512, "window", id="N=8 T=S=8192 window-tpu", marks=on_tpu),
 ])
@@ -666,22 +669,62 @@ def test_dedup(heads, T, S, block_q, block_kv, shape, rng):
             return causal(T, S)
         if shape == "window":
             return window(T, S, int(rng.integers((), 20, 40)), int(rng.integers((), 0, 20)))
+        if shape == "symmetric":
+            return window(T, S, 8, 8)
         if shape == "full":
             return np.ones((T, S), bool)
         return random_blocks(rng, T, S, block_q, block_kv, every_row_sees=False)
 
     mask = np.stack([one() for _ in range(heads)]) if heads else one()
     stored, index = deduplicated(mask, block_q, block_kv)
-    yours = splash.dedup_blocks(mask, block_q, block_kv)
+    categories = categories_of(mask, block_q, block_kv)
+    partial, full = int((categories == PARTIAL).sum()), int((categories == FULL).sum())
+    try:
+        yours = splash.dedup_blocks(mask, block_q, block_kv)
+    except ValueError as error:
+        if partial or "at least one array" not in str(error):
+            raise
+        fail("no_fallback", "with no partial tile your list of stored patterns is empty, "
+             "and np.stack has nothing to stack: store one all-False block then, "
+             "np.zeros((block_q, block_kv), bool) (a kernel operand cannot be empty; no "
+             "step reads it).", [("mask", "no partial tile"),
+                                 ("raised", f"ValueError: {error}")])
     if not (isinstance(yours, tuple) and len(yours) == 2):
         fail("returned", "dedup_blocks returns a tuple of two arrays, (mask_blocks, "
              "block_index).", [("returned", f"{type(yours).__name__}")])
     blocks, block_index = (np.asarray(x) for x in yours)
-    categories = categories_of(mask, block_q, block_kv)
-    partial, full = int((categories == PARTIAL).sum()), int((categories == FULL).sum())
     count = ("stored", f"blocks: yours {len(blocks)} · distinct partial patterns "
                        f"{len(stored) if partial else 0} · partial blocks {partial} · full "
                        f"{full}")
+    tiles = {at: tile for at, tile in blocks_of(mask, block_q, block_kv)
+             if categories[at] == PARTIAL}
+    known = {tile.tobytes() for tile in tiles.values()}
+    strangers = [n for n, block in enumerate(blocks) if blocks.shape[1:] == (block_q, block_kv)
+                 and block.astype(bool).tobytes() not in known and not block.all()]
+    rows = blocks.ndim == 3 and blocks.shape[1:] == (S // block_kv, block_kv) != (block_q,
+                                                                                 block_kv)
+    if partial and (strangers or rows):
+        fail("not_tiles", (
+            (f"your stored blocks are {blocks.shape[1:]}: one row of the mask cut into its "
+             f"kv blocks, not a ({block_q}, {block_kv}) tile" if rows else
+             f"your stored block {strangers[0]} is no tile of the mask") + ": they are cut "
+            "the wrong way. After mask.reshape(..., T/block_q, block_q, S/block_kv, "
+            "block_kv), blocks[..., i, j] is not tile (i, j) yet but row j of q block i: "
+            "swap axes -3 and -2 first, blocks.swapaxes(-3, -2), so that the two tile "
+            "indices come before the two axes inside a tile."),
+            [count, ("blocks", f"yours {blocks.shape} · expected {stored.shape}")])
+    if partial and len(blocks) < len(stored) and block_index.shape == categories.shape:
+        first = {}   # your stored place -> the first tile that names it
+        for at, tile in tiles.items():
+            place = int(block_index[at])
+            if place in first and not np.array_equal(tiles[first[place]], tile):
+                fail("merged", (
+                    f"two different partial patterns share one stored block: tiles "
+                    f"{first[place]} and {at} differ, yet your block_index gives both "
+                    f"{place}. Whatever finds a pattern again (a dict's key) must tell every "
+                    "pattern apart: the pattern itself, all its bits (pattern.tobytes()), "
+                    "not a summary of it such as its count of visible keys."), [count])
+            first.setdefault(place, at)
     if len(blocks) != len(stored) and partial:
         if len(blocks) == partial != len(stored):
             fail("not_deduplicated", "you stored every partial block, one per (q block, "
@@ -689,11 +732,16 @@ def test_dedup(heads, T, S, block_q, block_kv, shape, rng):
         if len(blocks) in (partial + full, len(stored) + 1):
             fail("full_stored", "you stored a full block too: only partial blocks need "
                  "their mask.", [count])
-    check(blocks, stored, name="mask_blocks", blocks=(1, None, None), axes="P bq bkv")
+    check(blocks, stored, name="mask_blocks", blocks=(1, None, None), axes="P bq bkv",
+          likely={"sorted_patterns": lambda: np.unique(
+              stored.reshape(len(stored), -1), axis=0).reshape(stored.shape)})
     lead = " ".join(["N"] * (categories.ndim - 2))
     check(np.where(categories == PARTIAL, block_index, 0), index, name="block_index",
           blocks=(1,) * index.ndim, axes=f"{lead} i j".strip(),
-          likely={"index_one_based": lambda: np.where(categories == PARTIAL, index + 1, 0)})
+          likely={"index_one_based": lambda: np.where(categories == PARTIAL, index + 1, 0),
+                  "index_per_tile": lambda: np.where(
+                      categories == PARTIAL, np.cumsum(categories == PARTIAL).reshape(
+                          categories.shape) - 1, 0)})
 
 
 # 7 -------------------------------------------------------------------------
