@@ -347,9 +347,18 @@ def test_skip_empty(B, N, T, S, H, block_q, block_kv, shape, dtype, rng):
         return lambda: attention(q, k, v, np.kron(category_mask, np.ones((block_q, block_kv),
                                                                           bool))).astype(dtype)
 
+    def last_tile_only():   # the state started again at every step: only the last kv
+        last = np.zeros_like(mask)                       # tile counts, 0 / 0 where it
+        last[:, S - block_kv:] = mask[:, S - block_kv:]  # shows a row no key
+        o = attention(q, k, v, last)
+        o[..., ~last.any(axis=-1), :] = np.nan
+        return o.astype(dtype)
+
     check(ran, attention(q, k, v, mask).astype(dtype), blocks=(1, 1, block_q, None),
           axes="B N T H", tolerance=1e-4 if dtype == "float32" else None,
           likely={"mask_ignored": lambda: attention(q, k, v, np.ones_like(mask)).astype(dtype),
+                  "no_scale": lambda: attention(q, k, v, mask, sm_scale=1.0).astype(dtype),
+                  "start_every_step": last_tile_only,
                   "partial_unmasked": blockwise(categories != EMPTY),
                   "partial_skipped": blockwise(categories == FULL),
                   "l_not_rescaled": lambda: following(
@@ -361,6 +370,55 @@ def test_skip_empty(B, N, T, S, H, block_q, block_kv, shape, dtype, rng):
     check_work(ran, flops=B * N * dot_flops(visited, block_q, block_kv, H),
                likely={"every_block": B * N * dot_flops(categories.size, block_q, block_kv, H)})
     lowers_for_tpu(ran)
+
+
+@puzzle("splash.skip_empty")
+@pytest.mark.parametrize("chunks", [
+    pytest.param("partial", id="online_softmax_step: 3 chunks under a mask, rows that see no "
+                               "key (in one chunk, in every chunk)"),
+    pytest.param("full", id="online_softmax_step: a chunk with no mask (visible=None) between "
+                            "two masked ones"),
+])
+def test_skip_empty_online_softmax_step(chunks, rng):
+    """online_softmax_step alone, chunk by chunk, from the running state a kernel starts
+    with (m = -inf, l = 0, acc = 0): acc / l is the softmax-weighted mean of v over the
+    visible keys, and a row that sees no key in any chunk ends with l == 0 and acc == 0."""
+    import jax.numpy as jnp
+
+    R, C, H = 16, 32, 8
+    s = rng.normal((3, R, C), scale=3.0)
+    v = rng.normal((3, C, H))
+    visible = rng.uniform((3, R, C)) < 0.5
+    visible[:, :, 0] = True          # every row sees a key in every chunk, but:
+    if chunks == "partial":
+        visible[:, :4] = False       # rows 0-3 see no key at all
+        visible[0, 4:8] = False      # rows 4-7 none in the first chunk
+    else:
+        visible[1] = True            # the middle chunk is folded with visible=None
+    m, l, acc = jnp.full((R, 1), -jnp.inf), jnp.zeros((R, 1)), jnp.zeros((R, H))
+    for c in range(3):
+        given = None if chunks == "full" and c == 1 else jnp.asarray(visible[c])
+        m, l, acc = splash.online_softmax_step(m, l, acc, jnp.asarray(s[c]), jnp.asarray(v[c]),
+                                               given)
+    l, acc = np.asarray(l, np.float64), np.asarray(acc, np.float64)
+    seen = np.concatenate(list(visible), axis=-1)                  # [R, 3C]
+    scores = np.where(seen, np.concatenate(list(s), axis=-1), -np.inf)
+    values = np.concatenate(list(v), axis=0).astype(np.float64)    # [3C, H]
+    sees = seen.any(axis=-1, keepdims=True)
+    p = np.where(seen, np.exp(scores - np.where(sees, scores.max(axis=-1, keepdims=True), 0)), 0)
+    expected = (p @ values) / np.where(sees, p.sum(axis=-1, keepdims=True), 1)
+
+    def hidden_counted():   # every hidden key of a row that sees none adds exp(0) = 1
+        wrong = expected.copy()
+        wrong[~sees[:, 0]] = values.mean(axis=0)
+        return wrong
+
+    check(acc / np.where(l == 0, 1, l), expected, name="acc / l", blocks=(4, None),
+          axes="R H", tolerance=1e-4, likely={"hidden_counted": hidden_counted})
+    if (l[~sees[:, 0]] != 0).any() or (acc[~sees[:, 0]] != 0).any():
+        fail("hidden_counted", "a row that sees no key must end with l == 0 and acc == 0: "
+             "each hidden key adds exactly 0, p = jnp.where(visible, p, 0.0).",
+             [("l", f"rows that see no key: yours {l[~sees[:, 0], 0].tolist()}")])
 
 
 # 3 -------------------------------------------------------------------------
