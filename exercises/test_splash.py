@@ -203,13 +203,15 @@ def attention(q, k, v, mask, *, sm_scale=None, head_of=None):
     return (e @ v[:, heads]) / np.where(l == 0, 1, l)
 
 
-def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None, l_rescaled=True,
-              full_masked=False, folded=(FULL, PARTIAL)):
+def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None, category_of=None,
+              l_rescaled=True, full_masked=False, folded=(FULL, PARTIAL), stored_at=None):
     """o in float64 of a kernel that follows tables = (data_next, block_mask, mask_next,
     mask_blocks) step by step, folding each visited block into a running max, sum and
     accumulator as online_softmax_step does (a query that sees no key gets 0). Known
-    wrong kernels: kv_of(n, i, j) / mask_of(n, i, j) replace the kv block and the stored
-    mask block a step reads (a wrong index map); l_rescaled=False leaves the running sum
+    wrong kernels: kv_of(n, i, j) / mask_of(n, i, j) / category_of(n, i, j) replace the kv
+    block, the stored mask block and the category a step reads (a wrong index map or
+    table read); stored_at: the output stored after that step of the list, not the
+    last (NaN if the list is shorter: never stored); l_rescaled=False leaves the running sum
     unconverted when the max moves (l + sum(p), not alpha * l + sum(p)); full_masked
     applies the stored block mask_next names on FULL steps too; folded: the categories
     of the steps folded (the others are skipped)."""
@@ -222,8 +224,11 @@ def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None, l_res
     for b, n, i in np.ndindex(B, N, T // block_q):
         rows = slice(i * block_q, (i + 1) * block_q)
         m, l, acc = np.full((block_q, 1), -np.inf), np.zeros((block_q, 1)), np.zeros((block_q, H))
+        o[b, n, rows] = np.nan   # until stored
         for j in range(data_next.shape[-1]):
-            category = block_mask[n, i, j]
+            if j - 1 == stored_at:
+                break
+            category = category_of(n, i, j) if category_of else block_mask[n, i, j]
             if category not in folded:
                 continue
             kv = kv_of(n, i, j) if kv_of else data_next[n, i, j]
@@ -239,7 +244,8 @@ def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None, l_res
             l = (alpha * l if l_rescaled else l) + p.sum(axis=-1, keepdims=True)
             acc = alpha * acc + p @ v[b, n // (N // K), cols]
             m = m_new
-        o[b, n, rows] = acc / np.where(l == 0, 1, l)
+        if stored_at is None or stored_at < data_next.shape[-1]:
+            o[b, n, rows] = acc / np.where(l == 0, 1, l)
     return o
 
 
@@ -690,6 +696,9 @@ def test_sparse_grid(B, N, K, T, S, H, block_q, block_kv, shape, store, dtype, r
     check(ran, attention(q, k, v, mask).astype(dtype), blocks=(1, 1, block_q, None),
           axes="B N T H", tolerance=1e-4 if dtype == "float32" else None,
           likely={"kv_follows_j": wrong(kv_of=lambda n, i, j: j),
+                  "category_head0": wrong(category_of=lambda n, i, j: block_mask[0, i, j]),
+                  "finish_wrong_axis": wrong(stored_at=T // block_q - 1),
+                  "no_scale": lambda: attention(q, k, v, mask, sm_scale=1.0).astype(dtype),
                   "mask_from_kv_index": wrong(
                       mask_of=lambda n, i, j: data_next[n, i, j] % len(tables[3])),
                   "head_modulo": lambda: attention(q, k, v, mask,
