@@ -820,9 +820,14 @@ def padded(n, block):
 @puzzle("splash.multihead")
 @pytest.mark.parametrize("B, N, K, T, S, H, block_q, block_kv, shape, dtype", [
     pytest.param(1, 1, 1, 5, 7, 8, 128, 128, "random", "float32",
-                 id="T=5 S=7 H=8 (blocks shrink to 8)"),
+                 id="T=5 S=7 H=8 blocks of 128 asked (they shrink to 8)"),
+    pytest.param(1, 1, 1, 16, 24, 8, 8, 8, "hidden", "float32",
+                 id="T=16 S=24 H=8 every key hidden (o = 0, one step of padding)"),
     pytest.param(1, 4, 2, 100, 300, 64, 64, 128, "per head", "float32",
                  id="B=1 N=4 K=2 T=100 S=300 H=64 block_q=64 a mask per head"),
+    pytest.param(1, 2, 1, 256, 256, 32, 32, 32, "sliding", "float32",
+                 id="B=1 N=2 K=1 T=S=256 H=32 blocks of 32 a sliding window of 40 keys "
+                    "(the visits of q block i start at kv block i - 2)"),
     pytest.param(2, 2, 1, 64, 2000, 128, 64, 128, "long", "bfloat16",
                  id="B=2 N=2 K=1 T=64 S=2000 H=128 bf16 one mask (16 kv steps), scores "
                     "shifted by 100"),
@@ -847,10 +852,13 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
                          q_ids[:, None] == ids[None, :]])
         mask[2, 5] = False                                     # a query that sees no key
     elif shape == "sliding":
-        mask = causal(T, S) & window(T, S, 1024, None)
+        mask = causal(T, S) & window(T, S, 1024 if is_tpu_size(B, N, T, S) else 40, None)
+    elif shape == "hidden":
+        mask = np.zeros((T, S), bool)
     else:
         mask = rng.uniform((T, S)) < 0.6
         mask[0] = False
+    asked = dict(block_q=block_q, block_kv=block_kv)   # splash_attention shrinks them
     block_q, T_padded = padded(T, block_q)
     block_kv, S_padded = padded(S, block_kv)
     heads = mask if mask.ndim == 3 else mask[None]
@@ -858,8 +866,7 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
     tables = tables_for(heads, N, block_q, block_kv)
     structure = ATTENTION.where(grid=(B, N, T_padded // block_q, tables[0].shape[-1]),
                                 outside={"pad", "slice"})
-    ran = measure(splash.splash_attention, q, k, v, mask=mask, block_q=block_q,
-                  block_kv=block_kv, structure=structure)
+    ran = measure(splash.splash_attention, q, k, v, mask=mask, **asked, structure=structure)
     pad = ((0, 0), (0, 0), (0, S_padded - S), (0, 0))
 
     def masked_row_mean():  # hidden keys of a visited block count exp(0) = 1 each
@@ -892,8 +899,10 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
                   "masked_row_mean": masked_row_mean,
                   "padding_seen": padding_seen,
                   "full_skipped": wrong(folded=(PARTIAL,)),
+                  "mask_next_not_looked_up": wrong(mask_of=columns_as_mask_next(heads,
+                                                                                 tables)),
                   "l_not_rescaled": wrong(l_rescaled=False)})
-    if is_tpu_size(B, N, T, S) or shape != "per head":
+    if is_tpu_size(B, N, T, S) or shape not in ("per head", "sliding"):
         return
     block_mask = tables[1]
     check_work(ran, flops=dot_flops(B * int((block_mask != EMPTY).sum()), block_q, block_kv, H))
@@ -905,6 +914,16 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
     check_traffic(ran, reference=2 * q_bytes + kv + mask_budget(tables, B),
                   minimum=2 * q_bytes + needed_kv(tables, B, K, block_kv, H, itemsize))
     lowers_for_tpu(ran)
+
+
+def columns_as_mask_next(heads, tables):
+    """mask_of(n, i, j) of tables whose mask_next took block_index's first `width`
+    columns (filled ahead) instead of looking block_index up at data_next."""
+    block_q, block_kv = tables[3].shape[1:]
+    index = deduplicated(heads, block_q, block_kv)[1]
+    block_mask = tables[1][:len(heads)]
+    columns = ahead(index[..., :block_mask.shape[-1]], block_mask == PARTIAL)
+    return lambda n, i, j: columns[min(n, len(columns) - 1), i, j]
 
 
 def check_mask_store(ran, tables):
