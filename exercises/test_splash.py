@@ -203,13 +203,15 @@ def attention(q, k, v, mask, *, sm_scale=None, head_of=None):
     return (e @ v[:, heads]) / np.where(l == 0, 1, l)
 
 
-def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None, l_rescaled=True,
-              full_masked=False, folded=(FULL, PARTIAL)):
+def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None, category_of=None,
+              l_rescaled=True, full_masked=False, folded=(FULL, PARTIAL), stored_at=None):
     """o in float64 of a kernel that follows tables = (data_next, block_mask, mask_next,
     mask_blocks) step by step, folding each visited block into a running max, sum and
     accumulator as online_softmax_step does (a query that sees no key gets 0). Known
-    wrong kernels: kv_of(n, i, j) / mask_of(n, i, j) replace the kv block and the stored
-    mask block a step reads (a wrong index map); l_rescaled=False leaves the running sum
+    wrong kernels: kv_of(n, i, j) / mask_of(n, i, j) / category_of(n, i, j) replace the kv
+    block, the stored mask block and the category a step reads (a wrong index map or
+    table read); stored_at: the output stored after that step of the list, not the
+    last (NaN if the list is shorter: never stored); l_rescaled=False leaves the running sum
     unconverted when the max moves (l + sum(p), not alpha * l + sum(p)); full_masked
     applies the stored block mask_next names on FULL steps too; folded: the categories
     of the steps folded (the others are skipped)."""
@@ -222,8 +224,11 @@ def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None, l_res
     for b, n, i in np.ndindex(B, N, T // block_q):
         rows = slice(i * block_q, (i + 1) * block_q)
         m, l, acc = np.full((block_q, 1), -np.inf), np.zeros((block_q, 1)), np.zeros((block_q, H))
+        o[b, n, rows] = np.nan   # until stored
         for j in range(data_next.shape[-1]):
-            category = block_mask[n, i, j]
+            if j - 1 == stored_at:
+                break
+            category = category_of(n, i, j) if category_of else block_mask[n, i, j]
             if category not in folded:
                 continue
             kv = kv_of(n, i, j) if kv_of else data_next[n, i, j]
@@ -239,7 +244,8 @@ def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None, l_res
             l = (alpha * l if l_rescaled else l) + p.sum(axis=-1, keepdims=True)
             acc = alpha * acc + p @ v[b, n // (N // K), cols]
             m = m_new
-        o[b, n, rows] = acc / np.where(l == 0, 1, l)
+        if stored_at is None or stored_at < data_next.shape[-1]:
+            o[b, n, rows] = acc / np.where(l == 0, 1, l)
     return o
 
 
@@ -299,12 +305,18 @@ def test_categories(heads, T, S, block_q, block_kv, rng):
         some, every = reshaped.any(axis=(-2, -1)), reshaped.all(axis=(-2, -1))
         return (some.astype(np.int8) + every).astype(np.int8)
 
+    def rows_see():          # FULL where each row of the tile sees some key
+        tiles = mask.reshape(*mask.shape[:-2], nq, block_q, nkv, block_kv)
+        some, rows = tiles.any(axis=(-3, -1)), tiles.any(axis=-1).all(axis=-2)
+        return (some.astype(np.int8) + rows).astype(np.int8)
+
     check(yours, expected, blocks=(1,) * expected.ndim,
           axes=" ".join(["N"] * (expected.ndim - 2) + ["i", "j"]),
           likely={"codes_swapped": lambda: np.choose(expected, [EMPTY, FULL, PARTIAL])
                   .astype(np.int8),
                   "not_blocks": lambda: counted(mask.reshape(*mask.shape[:-2], nq, nkv,
                                                              block_q, block_kv)),
+                  "rows_see": rows_see,
                   "any_only": lambda: (expected != EMPTY).astype(np.int8),
                   "all_only": lambda: (expected == FULL).astype(np.int8)})
 
@@ -341,9 +353,18 @@ def test_skip_empty(B, N, T, S, H, block_q, block_kv, shape, dtype, rng):
         return lambda: attention(q, k, v, np.kron(category_mask, np.ones((block_q, block_kv),
                                                                           bool))).astype(dtype)
 
+    def last_tile_only():   # the state started again at every step: only the last kv
+        last = np.zeros_like(mask)                       # tile counts, 0 / 0 where it
+        last[:, S - block_kv:] = mask[:, S - block_kv:]  # shows a row no key
+        o = attention(q, k, v, last)
+        o[..., ~last.any(axis=-1), :] = np.nan
+        return o.astype(dtype)
+
     check(ran, attention(q, k, v, mask).astype(dtype), blocks=(1, 1, block_q, None),
           axes="B N T H", tolerance=1e-4 if dtype == "float32" else None,
           likely={"mask_ignored": lambda: attention(q, k, v, np.ones_like(mask)).astype(dtype),
+                  "no_scale": lambda: attention(q, k, v, mask, sm_scale=1.0).astype(dtype),
+                  "start_every_step": last_tile_only,
                   "partial_unmasked": blockwise(categories != EMPTY),
                   "partial_skipped": blockwise(categories == FULL),
                   "l_not_rescaled": lambda: following(
@@ -355,6 +376,55 @@ def test_skip_empty(B, N, T, S, H, block_q, block_kv, shape, dtype, rng):
     check_work(ran, flops=B * N * dot_flops(visited, block_q, block_kv, H),
                likely={"every_block": B * N * dot_flops(categories.size, block_q, block_kv, H)})
     lowers_for_tpu(ran)
+
+
+@puzzle("splash.skip_empty")
+@pytest.mark.parametrize("chunks", [
+    pytest.param("partial", id="online_softmax_step: 3 chunks under a mask, rows that see no "
+                               "key (in one chunk, in every chunk)"),
+    pytest.param("full", id="online_softmax_step: a chunk with no mask (visible=None) between "
+                            "two masked ones"),
+])
+def test_skip_empty_online_softmax_step(chunks, rng):
+    """online_softmax_step alone, chunk by chunk, from the running state a kernel starts
+    with (m = -inf, l = 0, acc = 0): acc / l is the softmax-weighted mean of v over the
+    visible keys, and a row that sees no key in any chunk ends with l == 0 and acc == 0."""
+    import jax.numpy as jnp
+
+    R, C, H = 16, 32, 8
+    s = rng.normal((3, R, C), scale=3.0)
+    v = rng.normal((3, C, H))
+    visible = rng.uniform((3, R, C)) < 0.5
+    visible[:, :, 0] = True          # every row sees a key in every chunk, but:
+    if chunks == "partial":
+        visible[:, :4] = False       # rows 0-3 see no key at all
+        visible[0, 4:8] = False      # rows 4-7 none in the first chunk
+    else:
+        visible[1] = True            # the middle chunk is folded with visible=None
+    m, l, acc = jnp.full((R, 1), -jnp.inf), jnp.zeros((R, 1)), jnp.zeros((R, H))
+    for c in range(3):
+        given = None if chunks == "full" and c == 1 else jnp.asarray(visible[c])
+        m, l, acc = splash.online_softmax_step(m, l, acc, jnp.asarray(s[c]), jnp.asarray(v[c]),
+                                               given)
+    l, acc = np.asarray(l, np.float64), np.asarray(acc, np.float64)
+    seen = np.concatenate(list(visible), axis=-1)                  # [R, 3C]
+    scores = np.where(seen, np.concatenate(list(s), axis=-1), -np.inf)
+    values = np.concatenate(list(v), axis=0).astype(np.float64)    # [3C, H]
+    sees = seen.any(axis=-1, keepdims=True)
+    p = np.where(seen, np.exp(scores - np.where(sees, scores.max(axis=-1, keepdims=True), 0)), 0)
+    expected = (p @ values) / np.where(sees, p.sum(axis=-1, keepdims=True), 1)
+
+    def hidden_counted():   # every hidden key of a row that sees none adds exp(0) = 1
+        wrong = expected.copy()
+        wrong[~sees[:, 0]] = values.mean(axis=0)
+        return wrong
+
+    check(acc / np.where(l == 0, 1, l), expected, name="acc / l", blocks=(4, None),
+          axes="R H", tolerance=1e-4, likely={"hidden_counted": hidden_counted})
+    if (l[~sees[:, 0]] != 0).any() or (acc[~sees[:, 0]] != 0).any():
+        fail("hidden_counted", "a row that sees no key must end with l == 0 and acc == 0: "
+             "each hidden key adds exactly 0, p = jnp.where(visible, p, 0.0).",
+             [("l", f"rows that see no key: yours {l[~sees[:, 0], 0].tolist()}")])
 
 
 # 3 -------------------------------------------------------------------------
@@ -379,6 +449,18 @@ FAMILIES = {   # name: (make_mask options, the mask they mean), from (T, S, rng)
         causal(T, S) & (ids[:T, None] == ids[None, :S])))(np.sort(rng.integers((max(T, S),),
                                                                                  0, 5))),
 }
+
+
+def expected_with(options, T, S, causal_rule):
+    """The mask make_mask(T, S, **options) means, its causal part replaced by
+    causal_rule [T, S] (a known wrong answer's)."""
+    visible = causal_rule.copy() if options.get("causal") else np.ones((T, S), bool)
+    if options.get("window") is not None:
+        visible &= window(T, S, *options["window"])
+    if options.get("segments") is not None:
+        q_ids, kv_ids = options["segments"]
+        visible &= q_ids[:, None] == kv_ids[None, :]
+    return visible
 
 
 @puzzle("splash.families")
@@ -407,6 +489,13 @@ def test_families(family, T, S, rng):
         likely["window_exclusive"] = lambda: causal(T, S) & window(T, S, left - 1, None)
     if left is None and right is not None:
         likely["window_exclusive"] = lambda: window(T, S, None, right - 1)
+    if options.get("causal") and T != S:   # the last query sees the last key
+        likely["causal_bottom_right"] = lambda: expected_with(
+            options, T, S, (col <= row + S - T) | (col < prefix))
+    if options.get("window") and None in options["window"]:
+        likely["window_none_as_zero"] = lambda: expected_with(
+            dict(options, window=tuple(0 if side is None else side for side in (left, right))),
+            T, S, causal(T, S, prefix=prefix))
     if prefix:
         likely["prefix_inclusive"] = lambda: causal(T, S, prefix=prefix + 1)
         likely["prefix_without_causal"] = lambda: np.broadcast_to(col < prefix, (T, S))
@@ -446,6 +535,7 @@ def test_families_check_their_arguments(bad):
     pytest.param(None, 6, 5, 1, id="6 q blocks x 5 kv blocks, an empty row"),
     pytest.param(3, 4, 7, 2, id="3 tables of 4 x 7, empty rows (one at the start)"),
     pytest.param(None, 1, 1, 0, id="one block"),
+    pytest.param(None, 3, 4, 3, id="3 x 4, every tile empty (one step of padding)"),
     pytest.param(16, 64, 64, 4, id="16 tables of 64 x 64-tpu", marks=on_tpu),
 ])
 def test_compact(heads, nq, nkv, empty_rows, rng):
@@ -459,16 +549,47 @@ def test_compact(heads, nq, nkv, empty_rows, rng):
     if not heads:
         categories = categories[0]
     data_next, block_mask = compacted(categories)
-    yours = splash.compact(categories)
+    try:
+        yours = splash.compact(categories)
+    except ValueError as error:   # a row's visits put into a row of the tables
+        if "broadcast" not in str(error):
+            raise
+        fail("width_short", "a row's visits do not fit in your tables: the width is the "
+             "length of the longest list, the most non-empty tiles in any one row (one q "
+             "block), counted along the kv axis, visit.sum(axis=-1).max(), and at least 1.",
+             [("raised", f"ValueError: {error}"),
+              ("width", f"expected {block_mask.shape[-1]} (the longest row's visits)")])
     if not (isinstance(yours, tuple) and len(yours) == 2):
         fail("returned", "compact returns a tuple of two arrays, (data_next, block_mask).",
              [("returned", f"{type(yours).__name__}")])
     padding = block_mask == EMPTY
     lead = " ".join(["N"] * (categories.ndim - 2))
+    if np.shape(yours[0])[-1:] == np.shape(yours[1])[-1:] == (0,):
+        fail("width_zero", "your tables have width 0: with every tile empty the longest "
+             "list is empty, but the grid's last axis needs one step at least (an axis of "
+             "length 0 runs no step at all, and nothing is ever stored). width = max(1, the "
+             "longest list); that one step is padding, EMPTY.",
+             [("width", f"yours 0 · expected {block_mask.shape[-1]}")])
+    rows = list(np.ndindex(categories.shape[:-1]))
+    visits = [np.flatnonzero(categories[row] != EMPTY) for row in rows]
+
+    def first_n():   # each row's first n categories, n its number of visits
+        wrong = np.array(block_mask)
+        for row, kv in zip(rows, visits):
+            wrong[row][:kv.size] = categories[row][:kv.size]
+        return wrong
+
     check(yours[1], block_mask, name="block_mask", axes=f"{lead} i j".strip(),
-          blocks=(1,) * block_mask.ndim)
+          blocks=(1,) * block_mask.ndim,
+          likely={"returns_swapped": lambda: data_next,
+                  "padding_category": lambda: ahead(block_mask, block_mask != EMPTY),
+                  "categories_first_n": first_n})
+    raw = np.zeros_like(data_next)   # the visits at the front, padding left at 0
+    for row, kv in zip(rows, visits):
+        raw[row][:kv.size] = kv
     likely = {"padding_zero": lambda: np.where(padding, 0, data_next),
-              "padding_repeats_previous": lambda: previous_filled(data_next, padding)}
+              "padding_repeats_previous": lambda: previous_filled(data_next, padding),
+              "fill_ahead_full_only": lambda: ahead(raw, block_mask == FULL)}
     mine = np.asarray(yours[0])
     if (mine.shape == data_next.shape and (mine[~padding] == data_next[~padding]).all()
             and not any(np.array_equal(mine, wrong()) for wrong in likely.values())):
@@ -576,6 +697,9 @@ def test_sparse_grid(B, N, K, T, S, H, block_q, block_kv, shape, store, dtype, r
     check(ran, attention(q, k, v, mask).astype(dtype), blocks=(1, 1, block_q, None),
           axes="B N T H", tolerance=1e-4 if dtype == "float32" else None,
           likely={"kv_follows_j": wrong(kv_of=lambda n, i, j: j),
+                  "category_head0": wrong(category_of=lambda n, i, j: block_mask[0, i, j]),
+                  "finish_wrong_axis": wrong(stored_at=T // block_q - 1),
+                  "no_scale": lambda: attention(q, k, v, mask, sm_scale=1.0).astype(dtype),
                   "mask_from_kv_index": wrong(
                       mask_of=lambda n, i, j: data_next[n, i, j] % len(tables[3])),
                   "head_modulo": lambda: attention(q, k, v, mask,
@@ -601,6 +725,9 @@ def test_sparse_grid(B, N, K, T, S, H, block_q, block_kv, shape, store, dtype, r
     pytest.param(None, 128, 128, 32, 32, "causal", id="T=S=128 block_q=block_kv=32 keys j<=i"),
     pytest.param(2, 96, 160, 32, 32, "random", id="N=2 T=96 S=160 random blocks"),
     pytest.param(None, 64, 128, 16, 32, "window", id="T=64 S=128 block_q=16 block_kv=32 window"),
+    pytest.param(None, 64, 64, 16, 16, "symmetric",
+                 id="T=S=64 blocks 16 window (8, 8): tiles that mirror each other across "
+                    "the diagonal (as many visible keys, other patterns)"),
     pytest.param(None, 32, 64, 32, 32, "full", id="T=32 S=64 nothing partial"),
     pytest.param(8, 8192, 8192, 512, 512, "window", id="N=8 T=S=8192 window-tpu", marks=on_tpu),
 ])
@@ -610,22 +737,62 @@ def test_dedup(heads, T, S, block_q, block_kv, shape, rng):
             return causal(T, S)
         if shape == "window":
             return window(T, S, int(rng.integers((), 20, 40)), int(rng.integers((), 0, 20)))
+        if shape == "symmetric":
+            return window(T, S, 8, 8)
         if shape == "full":
             return np.ones((T, S), bool)
         return random_blocks(rng, T, S, block_q, block_kv, every_row_sees=False)
 
     mask = np.stack([one() for _ in range(heads)]) if heads else one()
     stored, index = deduplicated(mask, block_q, block_kv)
-    yours = splash.dedup_blocks(mask, block_q, block_kv)
+    categories = categories_of(mask, block_q, block_kv)
+    partial, full = int((categories == PARTIAL).sum()), int((categories == FULL).sum())
+    try:
+        yours = splash.dedup_blocks(mask, block_q, block_kv)
+    except ValueError as error:
+        if partial or "at least one array" not in str(error):
+            raise
+        fail("no_fallback", "with no partial tile your list of stored patterns is empty, "
+             "and np.stack has nothing to stack: store one all-False block then, "
+             "np.zeros((block_q, block_kv), bool) (a kernel operand cannot be empty; no "
+             "step reads it).", [("mask", "no partial tile"),
+                                 ("raised", f"ValueError: {error}")])
     if not (isinstance(yours, tuple) and len(yours) == 2):
         fail("returned", "dedup_blocks returns a tuple of two arrays, (mask_blocks, "
              "block_index).", [("returned", f"{type(yours).__name__}")])
     blocks, block_index = (np.asarray(x) for x in yours)
-    categories = categories_of(mask, block_q, block_kv)
-    partial, full = int((categories == PARTIAL).sum()), int((categories == FULL).sum())
     count = ("stored", f"blocks: yours {len(blocks)} · distinct partial patterns "
                        f"{len(stored) if partial else 0} · partial blocks {partial} · full "
                        f"{full}")
+    tiles = {at: tile for at, tile in blocks_of(mask, block_q, block_kv)
+             if categories[at] == PARTIAL}
+    known = {tile.tobytes() for tile in tiles.values()}
+    strangers = [n for n, block in enumerate(blocks) if blocks.shape[1:] == (block_q, block_kv)
+                 and block.astype(bool).tobytes() not in known and not block.all()]
+    rows = blocks.ndim == 3 and blocks.shape[1:] == (S // block_kv, block_kv) != (block_q,
+                                                                                 block_kv)
+    if partial and (strangers or rows):
+        fail("not_tiles", (
+            (f"your stored blocks are {blocks.shape[1:]}: one row of the mask cut into its "
+             f"kv blocks, not a ({block_q}, {block_kv}) tile" if rows else
+             f"your stored block {strangers[0]} is no tile of the mask") + ": they are cut "
+            "the wrong way. After mask.reshape(..., T/block_q, block_q, S/block_kv, "
+            "block_kv), blocks[..., i, j] is not tile (i, j) yet but row j of q block i: "
+            "swap axes -3 and -2 first, blocks.swapaxes(-3, -2), so that the two tile "
+            "indices come before the two axes inside a tile."),
+            [count, ("blocks", f"yours {blocks.shape} · expected {stored.shape}")])
+    if partial and len(blocks) < len(stored) and block_index.shape == categories.shape:
+        first = {}   # your stored place -> the first tile that names it
+        for at, tile in tiles.items():
+            place = int(block_index[at])
+            if place in first and not np.array_equal(tiles[first[place]], tile):
+                fail("merged", (
+                    f"two different partial patterns share one stored block: tiles "
+                    f"{first[place]} and {at} differ, yet your block_index gives both "
+                    f"{place}. Whatever finds a pattern again (a dict's key) must tell every "
+                    "pattern apart: the pattern itself, all its bits (pattern.tobytes()), "
+                    "not a summary of it such as its count of visible keys."), [count])
+            first.setdefault(place, at)
     if len(blocks) != len(stored) and partial:
         if len(blocks) == partial != len(stored):
             fail("not_deduplicated", "you stored every partial block, one per (q block, "
@@ -633,11 +800,16 @@ def test_dedup(heads, T, S, block_q, block_kv, shape, rng):
         if len(blocks) in (partial + full, len(stored) + 1):
             fail("full_stored", "you stored a full block too: only partial blocks need "
                  "their mask.", [count])
-    check(blocks, stored, name="mask_blocks", blocks=(1, None, None), axes="P bq bkv")
+    check(blocks, stored, name="mask_blocks", blocks=(1, None, None), axes="P bq bkv",
+          likely={"sorted_patterns": lambda: np.unique(
+              stored.reshape(len(stored), -1), axis=0).reshape(stored.shape)})
     lead = " ".join(["N"] * (categories.ndim - 2))
     check(np.where(categories == PARTIAL, block_index, 0), index, name="block_index",
           blocks=(1,) * index.ndim, axes=f"{lead} i j".strip(),
-          likely={"index_one_based": lambda: np.where(categories == PARTIAL, index + 1, 0)})
+          likely={"index_one_based": lambda: np.where(categories == PARTIAL, index + 1, 0),
+                  "index_per_tile": lambda: np.where(
+                      categories == PARTIAL, np.cumsum(categories == PARTIAL).reshape(
+                          categories.shape) - 1, 0)})
 
 
 # 7 -------------------------------------------------------------------------
@@ -649,9 +821,14 @@ def padded(n, block):
 @puzzle("splash.multihead")
 @pytest.mark.parametrize("B, N, K, T, S, H, block_q, block_kv, shape, dtype", [
     pytest.param(1, 1, 1, 5, 7, 8, 128, 128, "random", "float32",
-                 id="T=5 S=7 H=8 (blocks shrink to 8)"),
+                 id="T=5 S=7 H=8 blocks of 128 asked (they shrink to 8)"),
+    pytest.param(1, 1, 1, 16, 24, 8, 8, 8, "hidden", "float32",
+                 id="T=16 S=24 H=8 every key hidden (o = 0, one step of padding)"),
     pytest.param(1, 4, 2, 100, 300, 64, 64, 128, "per head", "float32",
                  id="B=1 N=4 K=2 T=100 S=300 H=64 block_q=64 a mask per head"),
+    pytest.param(1, 2, 1, 256, 256, 32, 32, 32, "sliding", "float32",
+                 id="B=1 N=2 K=1 T=S=256 H=32 blocks of 32 a sliding window of 40 keys "
+                    "(the visits of q block i start at kv block i - 2)"),
     pytest.param(2, 2, 1, 64, 2000, 128, 64, 128, "long", "bfloat16",
                  id="B=2 N=2 K=1 T=64 S=2000 H=128 bf16 one mask (16 kv steps), scores "
                     "shifted by 100"),
@@ -664,7 +841,11 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
     name it; the mask stored once per distinct partial pattern.
 
     The masks per head hold, whatever the seed, a full tile, lists of different lengths
-    (padding steps), a query that sees no key and tiles that hang off T and S."""
+    (padding steps), a query that sees no key and tiles that hang off T and S. The
+    sliding window's lists start past kv block 0 (a partial step's stored block must be
+    looked up at the kv block it visits); the short configuration asks for blocks of 128
+    (splash_attention shrinks them before padding); a mask with every key hidden still
+    has one (padding) step."""
     q, k, v = inputs(rng, B, N, K, T, S, H, dtype,
                      **(dict(scale=1.0, shift=100.0) if shape == "long" else dict(scale=3.0)))
     if shape == "per head":
@@ -676,10 +857,13 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
                          q_ids[:, None] == ids[None, :]])
         mask[2, 5] = False                                     # a query that sees no key
     elif shape == "sliding":
-        mask = causal(T, S) & window(T, S, 1024, None)
+        mask = causal(T, S) & window(T, S, 1024 if is_tpu_size(B, N, T, S) else 40, None)
+    elif shape == "hidden":
+        mask = np.zeros((T, S), bool)
     else:
         mask = rng.uniform((T, S)) < 0.6
         mask[0] = False
+    asked = dict(block_q=block_q, block_kv=block_kv)   # splash_attention shrinks them
     block_q, T_padded = padded(T, block_q)
     block_kv, S_padded = padded(S, block_kv)
     heads = mask if mask.ndim == 3 else mask[None]
@@ -687,8 +871,7 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
     tables = tables_for(heads, N, block_q, block_kv)
     structure = ATTENTION.where(grid=(B, N, T_padded // block_q, tables[0].shape[-1]),
                                 outside={"pad", "slice"})
-    ran = measure(splash.splash_attention, q, k, v, mask=mask, block_q=block_q,
-                  block_kv=block_kv, structure=structure)
+    ran = measure(splash.splash_attention, q, k, v, mask=mask, **asked, structure=structure)
     pad = ((0, 0), (0, 0), (0, S_padded - S), (0, 0))
 
     def masked_row_mean():  # hidden keys of a visited block count exp(0) = 1 each
@@ -721,8 +904,10 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
                   "masked_row_mean": masked_row_mean,
                   "padding_seen": padding_seen,
                   "full_skipped": wrong(folded=(PARTIAL,)),
+                  "mask_next_not_looked_up": lambda: wrong(
+                      mask_of=columns_as_mask_next(heads, tables))(),
                   "l_not_rescaled": wrong(l_rescaled=False)})
-    if is_tpu_size(B, N, T, S) or shape != "per head":
+    if is_tpu_size(B, N, T, S) or shape not in ("per head", "sliding"):
         return
     block_mask = tables[1]
     check_work(ran, flops=dot_flops(B * int((block_mask != EMPTY).sum()), block_q, block_kv, H))
@@ -734,6 +919,16 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
     check_traffic(ran, reference=2 * q_bytes + kv + mask_budget(tables, B),
                   minimum=2 * q_bytes + needed_kv(tables, B, K, block_kv, H, itemsize))
     lowers_for_tpu(ran)
+
+
+def columns_as_mask_next(heads, tables):
+    """mask_of(n, i, j) of tables whose mask_next took block_index's first `width`
+    columns (filled ahead) instead of looking block_index up at data_next."""
+    block_q, block_kv = tables[3].shape[1:]
+    index = deduplicated(heads, block_q, block_kv)[1]
+    block_mask = tables[1][:len(heads)]
+    columns = ahead(index[..., :block_mask.shape[-1]], block_mask == PARTIAL)
+    return lambda n, i, j: columns[min(n, len(columns) - 1), i, j]
 
 
 def check_mask_store(ran, tables):

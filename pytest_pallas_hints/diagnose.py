@@ -82,7 +82,7 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
     facts += _error_rows(y, e, bad, nan, grid)
 
     for key, wrong_answer in (likely or {}).items():
-        if wrong_answer.shape == expected.shape and close(yours, wrong_answer, tolerance).all():
+        if wrong_answer.shape == expected.shape and _agrees(y, _f64(wrong_answer), tolerance):
             findings.insert(0, Finding(key, f"your {name} matches a known wrong answer "
                                             f"({key.replace('_', ' ')})."))
     if grid is not None and not nan.any() and grid.carried(y, e, tolerance):
@@ -157,6 +157,13 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
     return findings
 
 
+def _agrees(y: np.ndarray, wrong: np.ndarray, tolerance: float) -> bool:
+    """``y`` is the known wrong answer: close to it, NaN where it has NaN (a 0 / 0 of
+    the wrong kernel)."""
+    both = np.isnan(y) & np.isnan(wrong)
+    return bool(close(np.where(both, 0, y), np.where(both, 0, wrong), tolerance).all())
+
+
 def _later_blocks(dim: int, axis: str, carries: bool | None) -> Finding:
     """The first block along ``dim`` right, every later one wrong."""
     if carries:
@@ -174,7 +181,9 @@ def _later_blocks(dim: int, axis: str, carries: bool | None) -> Finding:
 
 
 def _shape_finding(yours, expected, shape_row) -> Finding:
-    if yours.ndim == expected.ndim >= 2 and yours.shape[-2:] == expected.shape[-1:-3:-1]:
+    # Square last two dims read the same swapped: then the difference lies elsewhere.
+    if (yours.ndim == expected.ndim >= 2 and yours.shape[-2:] == expected.shape[-1:-3:-1]
+            and yours.shape[-2:] != expected.shape[-2:]):
         return Finding("transposed", (
             "your output has the last two dims swapped: check out_shape, and the order "
             "of the grid axes against the index maps."), [shape_row])

@@ -232,10 +232,14 @@ def _whole_array(program, structure, sources):
 def _grid(program, structure, sources):
     for site, grid, expected in _grids(program, structure):
         if grid != expected:
+            # The first axis that differs, for a puzzle's words on it ("grid:axis2").
+            axis = next((d for d, (a, b) in enumerate(zip(grid, expected)) if a != b), None) \
+                if len(grid) == len(expected) else None
             return [Finding("grid", (
                 f"the grid of {site.call.name}() is {grid}, the puzzle's is {expected}: one "
                 "grid step per block along each axis, in the order of the grid."),
-                facts=[("grid", f"expected {expected} · yours {grid}")])]
+                facts=[("grid", f"expected {expected} · yours {grid}")],
+                detail="" if axis is None else f"axis{axis}")]
     return []
 
 

@@ -37,6 +37,12 @@ def test_swapped_shape_looks_transposed(x):
     assert kinds(compare(x.T, x)) == ["transposed"]
 
 
+def test_square_last_dims_with_another_leading_dim_are_a_shape_not_a_transpose():
+    a = np.zeros((3, 8, 8), np.float32)
+    findings = compare(a, np.zeros((5, 8, 8), np.float32))
+    assert kinds(findings) == ["shape"]
+
+
 def test_transposed_values_of_a_square_output():
     a = np.arange(64, dtype=np.float32).reshape(8, 8)
     assert "transposed" in kinds(compare(a.T.copy(), a))
@@ -144,6 +150,15 @@ def test_known_wrong_answer_comes_first_and_takes_the_puzzle_words(x):
     assert kinds(findings)[0] == "rows_reversed"
     out = text(findings, {"rows_reversed": "rows inside a block keep their order"})
     assert "diagnosis  rows inside a block keep their order" in out
+
+
+def test_a_known_wrong_answer_with_nan_matches_nan_at_the_same_places(x):
+    wrong = x.copy()
+    wrong[:4] = np.nan   # rows where the wrong kernel divides 0 by 0
+    assert kinds(compare(wrong, x, likely={"reset": wrong.copy()}))[0] == "reset"
+    elsewhere = x.copy()
+    elsewhere[4:8] = np.nan
+    assert "reset" not in kinds(compare(elsewhere, x, likely={"reset": wrong}))
 
 
 def test_puzzle_words_for_a_general_finding_replace_the_engine_sentence(x):

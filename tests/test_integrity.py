@@ -104,6 +104,16 @@ def test_other_blocks_or_another_grid():
                    structure=ADD.where(grid=(2, 2))) == "grid"
 
 
+def test_a_grid_finding_names_the_first_axis_that_differs():
+    try:
+        check_structure(lambda x: call(add_one_kernel, x, (4, 1), (8, 128)), X,
+                        structure=ADD.where(grid=(4, 2)))
+    except Diagnosed as failure:
+        assert failure.findings()[0].detail == "axis1"
+    else:
+        raise AssertionError("a grid of (4, 1) passed for (4, 2)")
+
+
 def test_the_number_of_kernels():
     def twice(x):
         return call(add_one_kernel, call(add_one_kernel, x) - 1)

@@ -1,0 +1,17 @@
+"""splash.compact: fill_ahead told that only FULL steps are visits."""
+PUZZLE = "splash.compact"
+EXPECT = "your fill_ahead was told that only FULL steps are needed"
+
+
+def compact(categories):
+    categories = np.asarray(categories)
+    *tables, num_q, num_kv = categories.shape
+    visit = categories != EMPTY
+    width = max(1, int(visit.sum(axis=-1).max(initial=0)))
+    data_next = np.zeros((*tables, num_q, width), np.int32)
+    block_mask = np.zeros((*tables, num_q, width), np.int32)
+    for row in np.ndindex(*tables, num_q):
+        kv_blocks = np.flatnonzero(visit[row])
+        data_next[row][:kv_blocks.size] = kv_blocks
+        block_mask[row][:kv_blocks.size] = categories[row][kv_blocks]
+    return fill_ahead(data_next, block_mask == FULL), block_mask

@@ -1,0 +1,18 @@
+"""splash.compact: width = the longest list, without max(1, ...): a table with every
+tile empty gets width 0 (a grid axis with no step)."""
+PUZZLE = "splash.compact"
+EXPECT = "your tables have width 0"
+
+
+def compact(categories):
+    categories = np.asarray(categories)
+    *tables, num_q, num_kv = categories.shape
+    visit = categories != EMPTY
+    width = int(visit.sum(axis=-1).max(initial=0))
+    data_next = np.zeros((*tables, num_q, width), np.int32)
+    block_mask = np.zeros((*tables, num_q, width), np.int32)
+    for row in np.ndindex(*tables, num_q):
+        kv_blocks = np.flatnonzero(visit[row])
+        data_next[row][:kv_blocks.size] = kv_blocks
+        block_mask[row][:kv_blocks.size] = categories[row][kv_blocks]
+    return fill_ahead(data_next, block_mask != EMPTY), block_mask
