@@ -559,11 +559,11 @@ def cross_entropy_dh_kernel(h_ref, w_ref, labels_ref, lse_ref, dloss_ref, dh_ref
 
 def cross_entropy_dw_kernel(h_ref, w_ref, labels_ref, lse_ref, dloss_ref, dw_ref,
                             dw_scratch, *, T):
-    """One grid step (v, t) of dw: add token block t's share to vocabulary block v.
+    """One grid step of dw: add token block t's share to vocabulary block v.
 
     Refs as in cross_entropy_dh_kernel, with dw_ref (D, block_v) and dw_scratch
-    (D, block_v) float32. The grid is (vocabulary blocks, token blocks), tokens
-    last: the sum runs over t.
+    (D, block_v) float32. The sum runs over the token blocks; which grid axis is
+    which is for cross_entropy_backward to decide, and pl.program_id to read.
 
     The same tile of dlogits, now multiplied the other way: h block transposed
     times dlogits. The tail that matters here is the tokens': rows past T of h,
