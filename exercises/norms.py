@@ -36,10 +36,12 @@ Three things come back in every puzzle:
     in interpret mode). Garbage rows are harmless where rows never mix: their
     results are dropped on the way back to HBM. But garbage columns enter their
     row's max and sum, and garbage rows enter any sum over rows (the gradient of a
-    parameter): those must be masked, with iota and program_id (basics.tail).
+    parameter): those must be masked, with iota and program_id (basics.tail: the
+    index of each element, computed from the grid step, compared with the size).
   * the backward. jax.grad cannot differentiate a kernel. A differentiable puzzle
     writes its backward as a kernel too, ties the two together with
-    jax.custom_vjp (flash.backward), and chooses what the forward saves for it:
+    jax.custom_vjp (flash.backward, where attention's backward was tied to its
+    forward the same way), and chooses what the forward saves for it:
     as little as possible, because every saved byte is written and read again.
 
 The arc: softmax over whole rows (1), over rows too long for VMEM (2), its
@@ -55,6 +57,12 @@ row of a norm has; T tokens and V vocabulary (the loss). block_rows, block_cols,
 block_t and block_v are block sizes along R, C, T and V. The tests run your
 kernels on CPU in Pallas's TPU interpret mode, which fills fresh buffers with NaN,
 so a missing initialisation or an unmasked tail shows.
+
+Pointers to other chapters. A name such as basics.tail or flash.online is a puzzle
+of another chapter where an idea was taught first: chapter basics, puzzle tail,
+in exercises/basics.py (`pytest exercises/test_basics.py -k tail --hint` shows its
+hints). You need not have solved it to start here: the sentence around each
+pointer says what you need from it, and the pointer is there for a closer look.
 """
 import functools
 
@@ -72,19 +80,20 @@ def softmax_rows_kernel(x_ref, o_ref):
 
         softmax(x)[c] = exp(x[c]) / (exp(x[0]) + exp(x[1]) + ... + exp(x[C - 1]))
 
-    Why subtract the max? exp overflows float32 beyond about 88: a row of logits
-    in the hundreds gives inf / inf = NaN. But softmax(x) = softmax(x - m) for any
-    number m (the factor exp(-m) cancels between numerator and denominator). With
-    m the row's max, every exponent is <= 0, so every exp is at most 1 and the
-    largest is exactly 1: nothing overflows, and the sum is at least 1.
+    Written as it stands, this fails on real logits: exp overflows float32 beyond
+    about 88, and a row of logits in the hundreds gives inf / inf = NaN. But
+    softmax(x) = softmax(x - c) for any number c, one per row: the factor exp(-c)
+    cancels between numerator and denominator. Which c keeps every exponent at or
+    below 0, so that no exp can overflow? (The tests use logits up to ~400.)
 
-    Why float32? x may be bfloat16. Compute the max, the exp and the sum in
-    float32 (cast the block when you read it) and cast the result to o_ref.dtype
-    when you store it.
+    x may be bfloat16, 8 significant bits. The chapter's rule: statistics in
+    float32, and one rounding to o_ref.dtype, when you store. The tests check
+    that a bf16 output is the exact softmax rounded once.
 
-    The statistics run along each row, axis 1. Reduce with keepdims=True: the
-    row max is then a (block_rows, 1) column, which broadcasts against the
-    (block_rows, C) block in x - m.
+    The statistics run along each row, axis 1. A reduction such as jnp.max(x,
+    axis=1) returns one number per row, shape (block_rows,); to combine it with
+    the (block_rows, C) block it must broadcast against it (keepdims=True keeps
+    the reduced axis, as a dim of size 1).
     """
     raise NotImplementedError
 
@@ -104,14 +113,21 @@ def softmax_rows(x, *, block_rows=8):
         │ rows 20..23: garbage     │                   │ dropped on the way   │
         └──────────────────────────┘                   └──────────────────────┘
 
-    R need not be a multiple of block_rows: round the grid up (pl.cdiv). The
-    last block then hangs off the end of x and its extra rows hold garbage. Here
-    that does no harm: rows never mix, so garbage rows only make garbage results
-    in rows that Pallas drops when it copies the block back to HBM. No mask.
+    R need not be a multiple of block_rows: round the grid up (pl.cdiv(R,
+    block_rows)). The last block then hangs off the end of x and its extra rows hold
+    garbage (NaN in interpret mode). Does that garbage need a mask here? Ask what a
+    garbage row could reach: which results does it enter, and which of them get
+    back to HBM?
 
     The block is (block_rows, C): a multiple of 8 rows, and the whole row (a block
-    dim may always equal the array's). The rows are independent work: mark the
-    grid axis "parallel" (compiler_params, as in basics.row_sum).
+    dim may always equal the array's). pl.BlockSpec(block_shape, index_map): the
+    index map takes the grid indices and returns the block's index along each dim
+    (a block index, not an element offset).
+
+    Each grid axis is either "parallel" (its steps are independent: a TPU with two
+    cores may split them) or "arbitrary" (run in order, on one core): pass
+    compiler_params=pltpu.CompilerParams(dimension_semantics=(...,)), one per grid
+    axis (basics.row_sum met both). Which are these row blocks?
     """
     raise NotImplementedError
 
@@ -134,22 +150,26 @@ def softmax_long_kernel(x_ref, o_ref, m_scratch, l_scratch, *, C):
         phase 0  statistics       fold  ─▶  fold  ─▶  fold  ─▶  fold      m, l final
         phase 1  output           write     write     write     write     o block j
 
-    Phase 0 folds each column block into the running max m and sum l, exactly as
-    flash.online_softmax_step folded scores, without the values: when the max
-    grows from m to m_new, the sum so far, taken against m, is multiplied by
-    exp(m - m_new), then the block's own terms, taken against m_new, are added.
-    Phase 1 reads each block again and writes exp(x - m) / l.
+    Phase 0 folds each column block into two numbers per row: m, the max so far,
+    and l, the sum so far of exp(x - m) (the online softmax of flash.online, where
+    scores were folded block by block the same way; here without the values).
+    The catch: when a block brings a larger max m_new, the terms already in l were
+    taken against the old m. What single factor turns them into terms taken
+    against m_new, so that the block's own terms can be added? Phase 1 then reads
+    each block again and writes the softmax from the final m and l.
 
-    The statistics start at the first step of phase 0 (m = -inf, l = 0): two
-    conditions at once. pl.when takes a traced bool; combine two comparisons
-    with &, each in parentheses. Phase 1 must not reset them.
+    m and l live in scratch: VMEM buffers that keep their contents from one grid
+    step to the next, and start as garbage. They must start fresh once per row
+    block: at which grid steps exactly, in terms of phase and j? A pl.when(cond)
+    body runs only where its traced bool holds; combine comparisons with & or |,
+    each in parentheses.
 
     The tail: the last column block hangs off the end of the row when C is not
     a multiple of block_cols, and its extra columns hold garbage that would enter
-    the max and the sum. Give them -inf (exp(-inf) = 0): the column of each
-    element is j * block_cols plus its position in the block
-    (jax.lax.broadcasted_iota along axis 1, as in basics.tail), and jnp.where
-    keeps x where that column is < C.
+    the max and the sum. The column of each element is j * block_cols plus its
+    position in the block (jax.lax.broadcasted_iota(jnp.int32, shape, 1): each
+    element's index along axis 1, as in basics.tail). What value makes a column
+    vanish from both a max and a sum of exps?
 
     Keep m and l in float32 whatever x's dtype: a bf16 running sum over many
     blocks drops the small terms of the tail one block at a time.
@@ -168,16 +188,17 @@ def softmax_long(x, *, block_rows=8, block_cols=128):
     twice, once per pass, and never whole.
 
     The output's index map is the puzzle. The pipeline copies an output block back
-    to HBM whenever the block's index is about to change. During phase 0 the
-    kernel writes nothing; if the output followed j there, every block would be
-    copied back full of garbage, then again in phase 1: twice the writes (the
-    test counts them). Which single block could the output name during all of
-    phase 0, so that nothing reaches HBM before phase 1 has written it? An index
-    map is arithmetic on the grid indices: (i, phase, j) -> (row block, column
-    block).
+    to HBM whenever the block index it names is about to change (and at the last
+    step), whatever the kernel did to it. During phase 0 the kernel writes
+    nothing. If the output's index map followed j in both phases, what would be
+    copied back during phase 0, and how often would each block reach HBM? (The
+    test counts the bytes written.) Find an index map for the output under which
+    no block reaches HBM before phase 1 has written it. An index map may do
+    arithmetic on the grid indices: (i, phase, j) -> (row block, column block).
 
-    Scratch: two (block_rows, 1) float32 buffers. The row blocks are independent
-    ("parallel"); the phase and the column blocks carry state ("arbitrary").
+    Scratch: scratch_shapes=[pltpu.VMEM(shape, dtype), ...], one buffer per entry,
+    handed to the kernel after the output refs. Dimension semantics: which axes
+    are independent, and which carry m and l from step to step?
     """
     raise NotImplementedError
 
@@ -185,7 +206,7 @@ def softmax_long(x, *, block_rows=8, block_cols=128):
 # 3. norms.softmax_grad — the backward as a kernel, and jax.grad -----------------
 
 def softmax_backward_kernel(y_ref, dy_ref, dx_ref, s_scratch, *, C):
-    """One grid step (i, phase, j) of the softmax backward: dx from y and dy only.
+    """One grid step (i, phase, j) of the softmax backward: dx, block by block.
 
     y_ref (the forward's output), dy_ref (the cotangent), dx_ref: (block_rows,
     block_cols); s_scratch (block_rows, 1) float32; C: the row length (static).
@@ -194,13 +215,15 @@ def softmax_backward_kernel(y_ref, dy_ref, dx_ref, s_scratch, *, C):
 
         dx_k = sum_c dy_c y_c (1[c == k] - y_k) = y_k (dy_k - s),   s = sum_c dy_c y_c
 
-    One number per row, s, then an elementwise formula. Neither x, nor the max,
-    nor the sum of the forward is needed: only y and dy.
+    One number per row, s, then an elementwise formula. Look at what it reads:
+    which arrays does the backward need, and which of the forward's does it not?
 
-    The grid is the one of puzzle 2, (row blocks, 2, column blocks), and so is
-    the plan: phase 0 adds each block's share of s into s_scratch (zeroed at the
-    first step of phase 0); phase 1 writes y * (dy - s). The tail again: columns
-    past C hold garbage in y and dy; they must add nothing to s.
+    The grid is the one of puzzle 2, (row blocks, 2, column blocks), and the plan
+    has the same shape: a row's s is complete only after its last column block,
+    and dx needs it from the first. So one pass builds s in s_scratch, the other
+    writes dx (the same questions as in puzzle 2: where s starts, and which
+    steps write). The tail again: columns past C hold garbage in y and dy, and
+    must add nothing to s.
 
     In float32, as always: read y and dy as float32, store dx in dx_ref.dtype.
     """
@@ -228,25 +251,28 @@ def softmax(x, *, block_rows=16, block_cols=None):
     block_cols: None keeps whole rows (softmax_rows); otherwise a positive multiple
     of 128 (when C is smaller, use C), and rows go through softmax_long.
 
-    JAX cannot differentiate your kernels, so give it the backward, as in
-    flash.flash_core:
+    JAX cannot differentiate a kernel, so you hand it the backward yourself, with
+    jax.custom_vjp (flash.backward's flash_core did the same for attention). The
+    API, on a function f(a, b):
 
         @jax.custom_vjp
-        def probabilities(x):            # the function jax.grad sees
-            ...
-        def probabilities_forward(x):    # -> (y, residuals)
-            ...
-        def probabilities_backward(residuals, dy):   # -> a tuple, one per input
-            ...
-        probabilities.defvjp(probabilities_forward, probabilities_backward)
+        def f(a, b):                      # what jax.grad and jax.vjp differentiate
+            ...                           # returns the output
+        def f_forward(a, b):              # runs instead of f under jax.vjp
+            ...                           # returns (output, residuals)
+        def f_backward(residuals, g):     # g: the cotangent of the output
+            ...                           # returns a tuple, one gradient per input
+        f.defvjp(f_forward, f_backward)
 
-    What should the forward keep? The backward needs y and dy only, and y is the
-    forward's own output. Keeping x instead would not do: the backward would
-    have to recompute the softmax.
+    residuals is anything (an array, a tuple of arrays) the forward saves for the
+    backward: every saved byte is written to HBM and read back. What must
+    softmax's forward save, given what the backward's formula reads? (The test
+    checks what is saved.)
 
     Check the arguments first: raise ValueError, naming the argument, for an x
     that is not a 2-D floating array, and for block sizes that are not positive
-    multiples of 8 (block_rows) or 128 (block_cols).
+    multiples of 8 (block_rows) or 128 (block_cols; _check_block, at the end of
+    this file, does the block sizes). The tests call it with bad arguments.
     """
     raise NotImplementedError
 
@@ -268,12 +294,14 @@ def rms_norm_forward_kernel(x_ref, scale_ref, y_ref, inv_rms_ref, *, eps):
     eps keeps a row of zeros finite; it goes inside the square root. New here:
     jax.lax.rsqrt(v) computes 1 / sqrt(v) in one op.
 
-    The backward (next puzzle) needs x_hat = x / rms, the normalised row. Save it?
-    It is [R, D], as large as x: written here and read back there, two more
-    trips over the whole array. Save 1 / rms instead, one float per row, and let
-    the backward recompute x_hat from x, which it reads anyway.
+    Why a second output? The backward (next puzzle) needs x_hat = x / rms, the
+    normalised rows. Saving x_hat would cost an [R, D] array, as large as x:
+    written here, read back there, two more trips over the whole array. 1 / rms
+    is one float per row, and the backward reads x anyway: x * (1 / rms) is
+    x_hat again, for one multiply.
 
-    Statistics in float32; y in y_ref's dtype; 1 / rms in float32.
+    Statistics in float32; y in y_ref's dtype, rounded once (the tests check
+    that a bf16 y is the exact one rounded once); 1 / rms in float32.
     """
     raise NotImplementedError
 
@@ -286,12 +314,14 @@ def rms_norm_forward(x, scale, *, eps=1e-6, block_rows=8):
 
     Two outputs: out_shape and out_specs are lists, and the kernel gets one ref
     per output, in that order. inv_rms is an [R, 1] array in (block_rows, 1)
-    blocks: legal on a TPU because its last dim equals the array's (flash stored
-    lse the same way). Its rows belong to the row block, like y's.
+    blocks: legal on a TPU because its last dim equals the array's. Its rows
+    belong to the row block, like y's.
 
-    scale is [D]: reshape it to [1, D] (a reshape is free) and pass it whole as a
-    (1, D) block. Its block index is the same at every step, so the pipeline
-    fetches it once.
+    scale is [D], one number per feature, the same for every row block. A TPU
+    block has at least two dims: reshape it to [1, D] (a reshape is free) and
+    pass it as one (1, D) block. The pipeline copies an input block in whenever
+    the block index its index map names changes: what index map makes it fetch
+    scale only once?
     """
     raise NotImplementedError
 
@@ -314,16 +344,17 @@ def rms_norm_backward_kernel(x_ref, scale_ref, inv_rms_ref, dy_ref, dx_ref, dsca
 
     dx is per row, like the forward. dscale is not: each feature's scale touched
     every row, so its gradient is a sum over all R rows, across all the row
-    blocks of the grid. The grid's only axis is now a reduction axis: dscale's
-    block is the same (1, D) block at every step, so it stays in VMEM while the
-    row blocks go by and is written back once, at the end (basics.row_sum).
-    Accumulate in the float32 scratch (scale may be bf16): zero it at the first
-    step, add this block's sum at every step, store it at the last.
+    blocks of the grid. The grid's only axis is now a reduction axis, as in
+    basics.row_sum (a sum across grid steps into an output block that stays put):
+    dscale's block is the same (1, D) block at every step, so it stays in VMEM
+    while the row blocks go by and is written back once, at the end. The sum
+    itself runs in dscale_scratch, float32 (scale may be bf16). At which steps is
+    it zeroed, added to, and stored?
 
     The tail: rows past R in the last block are garbage (NaN in interpret mode).
-    Their dx is dropped, but their dy * x_hat would enter dscale. Mask them out
-    of the sum (row = program id * block_rows + iota along axis 0, as in
-    basics.tail).
+    Their dx is dropped on the way back to HBM; what about their share of dscale?
+    A row's index is pl.program_id(0) * block_rows plus its position in the block
+    (jax.lax.broadcasted_iota along axis 0, as basics.tail did along columns).
     """
     raise NotImplementedError
 
@@ -334,13 +365,12 @@ def rms_norm_backward(x, scale, inv_rms, dy, *, block_rows=8):
     x [R, D], scale [D], inv_rms [R, 1] float32 (rms_norm_forward's), dy [R, D].
 
     The call is rms_norm_forward's with four inputs and two outputs, and one
-    difference that matters: the dimension semantics. A "parallel" axis may be
-    split between the two TensorCores of a TPU chip (v4, v5p): each core would
-    add half the row blocks into its own copy of the dscale block, and one
-    copy would overwrite the other. A sum across an axis needs its steps in
-    order, on one core: mark the axis "arbitrary". (The alternative keeps the
-    rows parallel: each step writes its block's partial sum, a [num_blocks, D]
-    array, and a second small kernel adds them up.)
+    difference that matters: the dimension semantics. The steps of a "parallel"
+    axis may be split between the two TensorCores of a TPU chip (v4, v5p), each
+    core with its own VMEM. What would happen to dscale's sum? Choose the
+    semantics that keeps it whole. (Another design keeps the rows parallel: each
+    step writes its block's partial sum, a [num_blocks, D] array, and a second
+    small kernel adds them up. Not this puzzle's.)
     """
     raise NotImplementedError
 
@@ -349,9 +379,9 @@ def rms_norm(x, scale, *, eps=1e-6, block_rows=16):
     """RMSNorm of the rows of x [R, D] with scale [D], differentiable in x and scale.
 
     The chapter's rms_norm: rms_norm_forward's y, with rms_norm_backward as its
-    VJP (jax.custom_vjp, as softmax). The residuals: x, scale and inv_rms; never
-    the normalised rows. The backward returns one gradient per input: (dx,
-    dscale).
+    VJP (jax.custom_vjp, as in softmax). What does the forward save? Everything
+    the backward's call needs, and nothing it could rebuild for free (the tests
+    check the residuals). The backward returns one gradient per input.
 
     Check the arguments first (ValueError naming the argument): x 2-D, scale of
     shape [D], block_rows a positive multiple of 8. When R < block_rows, use R.
@@ -372,10 +402,11 @@ def layer_norm_forward_kernel(x_ref, scale_ref, bias_ref, y_ref, mean_ref, rstd_
         y    = (x - mean) * rstd * scale + bias
 
     LayerNorm is RMSNorm with the mean taken out first, and a bias. The variance
-    is the mean square of the centred values. Textbooks also write it
-    E[x^2] - E[x]^2, which in float32 cancels catastrophically when a row sits far
-    from zero: mean 100, std 1 gives E[x^2] = 10001 and E[x]^2 = 10000, and their
-    difference keeps three of float32's seven digits. Centre first.
+    can be written two ways: the mean of (x - mean)^2, or E[x^2] - E[x]^2. They
+    are equal in exact arithmetic, not in float32 (seven significant digits).
+    Take a row far from zero, mean 100 and std 1: E[x^2] = 10001 and E[x]^2 =
+    10000. How many digits of the variance survive the subtraction? (One of the
+    tests has rows like that.)
 
     Save mean and rstd, one float each per row (the backward recomputes x_hat).
     """
@@ -402,8 +433,8 @@ def layer_norm_backward_kernel(x_ref, scale_ref, mean_ref, rstd_ref, dy_ref, dx_
 
     The extra term, the mean of g, is the mean's own gradient: moving every
     feature of a row by the same amount moves its mean and changes nothing.
-    Two sums across row blocks now, each with its float32 scratch, zeroed at the
-    first step and stored at the last; rows past R masked out of both.
+    Two sums across row blocks now, each in its float32 scratch, with puzzle 5's
+    schedule, and the tail rows kept out of both.
     """
     raise NotImplementedError
 
@@ -419,9 +450,10 @@ def layer_norm_backward(x, scale, mean, rstd, dy, *, block_rows=8):
 def layer_norm(x, scale, bias, *, eps=1e-5, block_rows=16):
     """LayerNorm of the rows of x [R, D], differentiable in x, scale and bias.
 
-    The chapter's layer_norm, tied together like rms_norm: residuals x, scale,
-    mean and rstd; the backward returns (dx, dscale, dbias). Check the arguments
-    first (ValueError naming the argument): x 2-D, scale and bias of shape [D],
+    The chapter's layer_norm, tied together like rms_norm: the forward saves what
+    the backward's call needs, and nothing as large as x that it could rebuild;
+    the backward returns one gradient per input. Check the arguments first
+    (ValueError naming the argument): x 2-D, scale and bias of shape [D],
     block_rows a positive multiple of 8; when R < block_rows, use R.
     """
     raise NotImplementedError
@@ -461,15 +493,17 @@ def cross_entropy_forward_kernel(h_ref, w_ref, labels_ref, loss_ref, lse_ref, m_
 
       m, l     the running max and sum of exp: softmax_long's phase 0, so that
                logsumexp = m + log(l) once every block is in
-      picked   the label's logit. It lies in exactly one vocabulary block: where
-               a tile's column equals the token's label, add that logit; add 0
-               everywhere else.
+      picked   the label's logit. It lies in exactly one vocabulary block, and a
+               kernel cannot index a tile at a traced position. How can every
+               step add its tile's share, the label's logit where the tile holds
+               it and nothing where it does not, with whole-tile operations?
+               (Each tile column's vocabulary index comes from v and an iota.)
 
     The product: jnp.dot of an h block and a w block, with
-    preferred_element_type=jnp.float32 (bf16 inputs, float32 logits, as in
-    matmul). The tail: vocabulary columns past V hold garbage; give their
-    logits -inf. Start the three numbers at the first v step; at the last,
-    store lse and the loss.
+    preferred_element_type=jnp.float32 (bf16 inputs, float32 logits: the MXU adds
+    up in float32, as in the matmul chapter). The tail: vocabulary columns past V
+    hold garbage, and must weigh nothing in the max and the sum. When do the
+    three numbers start, and when are lse and the loss final?
     """
     raise NotImplementedError
 
@@ -479,14 +513,17 @@ def cross_entropy_forward(h, w, labels, *, block_t=128, block_v=512):
     (loss [T] float32, lse [T, 1] float32).
 
     The grid is (pl.cdiv(T, block_t), pl.cdiv(V, block_v)), the vocabulary last:
-    it is the reduction axis ("arbitrary"); the token blocks are independent
-    ("parallel"). h moves in (block_t, D) blocks that follow t, w in (D, block_v)
-    blocks that follow v (D is whole in both). h's block stays put while v runs:
-    it is fetched once; w is fetched once per token block.
+    it is the reduction axis, the token blocks are independent. Step (t, v) needs
+    the hidden states of token block t and the columns of w of vocabulary block v
+    (D is whole in both blocks). Write the index maps; index maps receive the
+    grid's indices in the grid's order, (t, v). Which of the two blocks stays in
+    VMEM while v runs, and how many times is each array read? (The tests count
+    the bytes, and check that every token block sees every vocabulary block.)
 
     Per-token values (labels in, the loss and lse out) travel as [T, 1] arrays in
-    (block_t, 1) blocks, as inv_rms did: reshape labels to [T, 1] before the call
-    and the loss back to [T] after it. Keep lse [T, 1]: the backward reads it.
+    (block_t, 1) blocks, as inv_rms did: labels reshaped to [T, 1], int32 (a TPU
+    compares 32-bit integers), and the loss reshaped back to [T] after the call.
+    Keep lse [T, 1]: the backward reads it.
     """
     raise NotImplementedError
 
@@ -507,31 +544,31 @@ def cross_entropy_dh_kernel(h_ref, w_ref, labels_ref, lse_ref, dloss_ref, dh_ref
         dh      = dlogits @ w^T                           sums over the vocabulary
         dw      = h^T @ dlogits                           sums over the tokens
 
-    Recompute the tile of logits (one dot), turn it into this tile of dlogits
-    (the label's column again compared with the tile's columns), then add its
-    product with this w block's transpose to dh (jnp.einsum contracts the
-    vocabulary dim without a transpose, as in flash). Accumulate in float32,
-    over the v axis; store at its last step.
+    Recompute the tile of logits (one dot), turn it into this tile of dlogits,
+    then add this tile's share of dh, a product with this w block (jnp.einsum
+    contracts any pair of dims, "tv,dv->td", without a transpose). Accumulate in
+    float32 over the v axis; store at its last step.
 
     The tail, with a twist: columns of w past V hold garbage, NaN in interpret
-    mode, and masking dlogits is not enough when garbage is an operand of a dot
-    (0 * NaN is NaN). Zero the garbage columns of w before you use it.
+    mode. A garbage column of dlogits can be masked to 0 after the fact, but
+    0 * NaN is NaN: inside a dot, any garbage operand reaches every sum it is
+    part of. Which operand must be clean, and before which dot?
     """
     raise NotImplementedError
 
 
 def cross_entropy_dw_kernel(h_ref, w_ref, labels_ref, lse_ref, dloss_ref, dw_ref,
                             dw_scratch, *, T):
-    """One grid step (v, t) of dw: add token block t's share to vocabulary block v.
+    """One grid step of dw: add token block t's share to vocabulary block v.
 
     Refs as in cross_entropy_dh_kernel, with dw_ref (D, block_v) and dw_scratch
-    (D, block_v) float32. The grid is (vocabulary blocks, token blocks), tokens
-    last: the sum runs over t.
+    (D, block_v) float32. The sum runs over the token blocks; which grid axis is
+    which is for cross_entropy_backward to decide, and pl.program_id to read.
 
     The same tile of dlogits, now multiplied the other way: h block transposed
     times dlogits. The tail that matters here is the tokens': rows past T of h,
-    and of labels, lse and dloss, are garbage. Zero them in h and in dlogits
-    before the dot.
+    and of labels, lse and dloss, are garbage. Which operands must be clean
+    before the dots, by the rule of the dh kernel?
     """
     raise NotImplementedError
 
@@ -542,15 +579,16 @@ def cross_entropy_backward(h, w, labels, lse, dloss, *, block_t=128, block_v=512
     h [T, D], w [D, V], labels int [T], lse [T, 1] float32 (the forward's),
     dloss [T] float32 (the cotangent of the loss).
 
-    Two sums over two different axes, so two pallas_calls (flash.backward again),
-    each recomputing the logits tile by tile instead of reading them: the fused
-    trade, twice the matmuls for no [T, V] array at all.
+    dh sums over the vocabulary, dw over the tokens. A sum across grid steps
+    keeps its output block in VMEM while its axis runs, and that axis comes last
+    in the grid (the steps that write one block must be consecutive). One grid
+    cannot do that for both sums at once: how many pallas_calls, with which
+    grids? (flash.backward split dq from dk and dv for the same reason.) Each
+    recomputes the logits tile by tile instead of reading them: the fused trade,
+    more matmuls for no [T, V] array at all.
 
-        dh   grid (token blocks, vocabulary blocks)    sums over v
-        dw   grid (vocabulary blocks, token blocks)    sums over t
-
-    Index maps receive the grid's indices in the grid's order: in the dw call,
-    (v, t). Per-token inputs travel as [T, 1] arrays in (block_t, 1) blocks.
+    Index maps receive the grid's indices in the grid's order, whatever you call
+    them. Per-token inputs travel as [T, 1] arrays in (block_t, 1) blocks.
     """
     raise NotImplementedError
 
@@ -559,10 +597,10 @@ def cross_entropy(h, w, labels, *, block_t=128, block_v=512):
     """Per-token cross-entropy of softmax(h @ w) against labels, fused and differentiable.
 
     h [T, D], w [D, V], labels integers [T] in [0, V). Returns the loss [T],
-    float32, differentiable in h and w (jax.custom_vjp; the residuals: h, w,
-    labels and lse, never the logits). labels is an input of the custom_vjp
-    function like h and w, but integers have no gradient: the backward returns
-    None in its place.
+    float32, differentiable in h and w (jax.custom_vjp, as softmax; the forward
+    saves what the backward's call needs, never the logits). labels is an input of
+    the custom_vjp function like h and w, but integers have no gradient: the
+    backward rule still returns one entry per input, None in labels' place.
 
     Check the arguments first, raising ValueError that names the argument: h and
     w 2-D with matching D, labels integers of shape [T], block_t a positive

@@ -16,10 +16,15 @@ Tests marked `tpu` run realistic sizes on a real TPU and are skipped elsewhere.
 
 The bfloat16 configurations of the running-statistics puzzles are long (many
 column or vocabulary blocks, with a long tail of small terms): a statistic kept in
-bfloat16 drops that tail and fails on its values, besides the precision rule.
+bfloat16 drops that tail and fails on its values, besides the precision rule. Where a
+bfloat16 output comes straight from the statistics (a softmax, RMSNorm's y), each of
+its values must be the exact one rounded once: what float32 until the store gives.
+The differentiable puzzles also check what the forward saves for the backward, and
+that the chapter's functions refuse bad arguments with a ValueError naming them.
 """
 import functools
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -87,14 +92,19 @@ def online64(x, block_cols, *, rescale=True, reset=False):
 
 
 def long_tail(rng, R, C, block_cols, dtype):
-    """Rows whose mass sits in one of the first three column blocks (zeros: the row's
-    max, and a sum of block_cols) and a long tail of small terms in the others (near
-    -5.8, each block adding about 0.4 to the sum): a float32 running sum keeps the tail,
-    a bfloat16 one (8 significant bits: 128 + 0.4 is 128) rounds every block's share
-    of it away, and the softmax comes out 4% too large."""
-    x = rng.normal((R, C), scale=0.3) - 5.8
+    """Rows whose mass sits in one of the first three column blocks (zeros, and one
+    column per row between 0.1 and 0.4, the row's max: a block sum near 100, not a
+    whole number) and a long tail of small terms in the others (near -6.3, each block
+    adding about 0.2 to the sum). A float32 running sum keeps the tail; a bfloat16 one
+    (8 significant bits: near 100 a step is 0.5, and 100 + 0.2 is 100) rounds every
+    block's share of it away, and the softmax comes out 3% too large. A block's sum
+    rounded to bfloat16 before it joins a float32 one is off by up to 0.25%: too little
+    for the value check, enough for the rounded-once check."""
+    x = rng.normal((R, C), scale=0.3) - 6.3
     j = int(rng.integers((), 0, 3))
-    x[:, j * block_cols:(j + 1) * block_cols] = 0.0
+    mass = np.zeros((R, block_cols))
+    mass[np.arange(R), rng.integers((R,), 0, block_cols)] = rng.uniform((R,), 0.1, 0.4)
+    x[:, j * block_cols:(j + 1) * block_cols] = mass
     return x.astype(jnp.dtype(dtype))
 
 
@@ -120,7 +130,7 @@ def layer_norm64(x, scale, bias, dy, eps, *, ddof=0):
     dx = rstd * (g - g.mean(axis=1, keepdims=True) - x_hat * (g * x_hat).mean(axis=1,
                                                                                keepdims=True))
     return dict(y=x_hat * scale + bias, dx=dx, dscale=(dy * x_hat).sum(axis=0),
-                dbias=dy.sum(axis=0), mean=mean, rstd=rstd)
+                dbias=dy.sum(axis=0), mean=mean, rstd=rstd, x_hat=x_hat, g=g)
 
 
 def xent64(h, w, labels, dloss=None, *, blocks=None):
@@ -160,6 +170,61 @@ def check_blocks(ran, array, shape, name):
                                       f"{tuple(block.block_shape)}")])
 
 
+def check_rounded_once(yours, expected, name="output"):
+    """A bfloat16 output computed in float32 and cast once, at the store, is the exact
+    value rounded once: within half a bf16 step, 2^-8 of each value (0.39%). A
+    statistic or a product kept in bf16 rounds several times on the way, and many
+    values land a step or more away: too small for the value check, which allows 2% of
+    the largest value, but the lesson is float32 until the store."""
+    y, e = f64(yours, expected)
+    off = np.abs(y - e) > 2.0 ** -8 * 1.05 * np.abs(e)
+    if off.any():
+        worst = float(np.max(np.abs(y - e)[off] / np.abs(e)[off]))
+        fail("rounded_twice", (
+            f"your {name} is bfloat16 rounded more than once: {int(off.sum())} of {off.size} "
+            "values are further from the exact value than one rounding allows. Some "
+            "intermediate value was bfloat16: compute in float32 (cast the block when you "
+            "read it) and cast once, when you store."),
+            [("rounding", f"largest error {worst:.2%} of the value · one rounding to bf16: "
+                          "at most 0.39%")], name=name)
+
+
+def check_rejects(function, cases):
+    """Each case (why, args, static, names) must raise a ValueError that names one of
+    ``names`` (the argument at fault), before any kernel is built: traced, not run."""
+    name = function.__name__
+    for why, args, static, names in cases:
+        def describe(value):
+            if isinstance(value, np.ndarray):
+                return f"{value.shape} {value.dtype}"
+            return repr(value)
+
+        shown = ", ".join([*map(describe, args),
+                           *(f"{k}={describe(v)}" for k, v in static.items())])
+        try:
+            jax.eval_shape(functools.partial(function, **static), *args)
+        except ValueError as error:
+            if any(re.search(rf"\b{n}\b", str(error)) for n in names):
+                continue
+            fail("bad_arguments", (
+                f"{name}({shown}) raised a ValueError that does not name "
+                f"{' or '.join(names)}. Check the arguments first ({why}) and say in the "
+                "message which one is wrong."),
+                [("raised", str(error).splitlines()[0][:200])])
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            fail("bad_arguments", (
+                f"{name}({shown}) should raise a ValueError naming {' or '.join(names)} "
+                f"before any kernel is built ({why}); it failed later, inside JAX or your "
+                "kernels, with another error."),
+                [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+        else:
+            fail("bad_arguments", (
+                f"{name}({shown}) should raise a ValueError naming {' or '.join(names)} "
+                f"({why}); it raised nothing."), [("call", f"{name}({shown})")])
+
+
 def check_alone(function, *args, like, **static):
     """function(*args) called without jax.grad runs the custom_vjp's own function, which
     the gradient tests never reach (jax.vjp runs the forward rule): traced here, not run,
@@ -181,12 +246,48 @@ def check_alone(function, *args, like, **static):
                        f"{jax.tree_util.tree_map(lambda a: (a.shape, a.dtype.name), alone)}")])
 
 
-def with_grads(*args, function, **static):
+class Saved:
+    """What a custom_vjp's forward rule kept for its backward (its residuals), as
+    with_grads saw them while it was traced: (shape, dtype) per array."""
+
+    def __init__(self):
+        self.arrays = []
+
+    def check(self, *, rows, most, why):
+        """At most ``most`` of the saved arrays have ``rows`` elements or more: the
+        lesson is that the forward saves what the backward cannot cheaply recompute."""
+        big = [(shape, dtype) for shape, dtype in self.arrays if math.prod(shape) >= rows]
+        if len(big) > most:
+            shown = ", ".join(f"{shape} {np.dtype(dtype).name}" for shape, dtype in self.arrays)
+            fail("residuals", (
+                f"your forward rule saves {len(big)} arrays as large as the input for the "
+                f"backward, where the puzzle's saves {most}: {why}"),
+                [("saved", f"the residuals: {shown}")])
+
+
+def with_grads(*args, function, saved=None, **static):
     """function(*primals) and its gradients, for args = (*primals, cotangent): the
-    cotangent is an argument like the others, an input of the measured program."""
+    cotangent is an argument like the others, an input of the measured program.
+    saved: a Saved, told what the forward rule kept for the backward."""
     *primals, cotangent = args
     out, vjp = jax.vjp(functools.partial(function, **static), *primals)
-    return (out, *vjp(cotangent))
+    if saved is not None:   # jax.vjp's function holds the residuals, and nothing else
+        saved.arrays += [(tuple(leaf.shape), leaf.dtype) for leaf in
+                         jax.tree_util.tree_leaves(vjp) if hasattr(leaf, "shape")]
+    try:
+        grads = vjp(cotangent)
+    except TypeError as error:
+        if "Custom VJP bwd rule" not in str(error):
+            raise
+        trees = re.search(r"output structure (PyTreeDef\(.*?\)) for primal input "
+                          r"structure (PyTreeDef\(.*\))", str(error))
+        facts = ([("returned", f"{trees[1]} · the function's inputs {trees[2]}")] if trees
+                 else [("raised", str(error).splitlines()[0][:200])])
+        fail("vjp_structure", (
+            "the backward rule of your custom_vjp function must return a tuple with one "
+            "entry per input of the function, in their order (None for an input that has "
+            "no gradient, such as integers), and it returns something else."), facts)
+    return (out, *grads)
 
 
 # 1 -------------------------------------------------------------------------
@@ -211,6 +312,8 @@ def test_row_softmax(R, C, block_rows, dtype, scale, rng):
 
     check(ran, expected.astype(dtype), blocks=(block_rows, None), axes="R C",
           likely={"unnormalised": unnormalised})
+    if dtype == "bfloat16":
+        check_rounded_once(ran.output, expected)
     if is_tpu_size(R, C):
         return
     check_traffic(ran, reference=2 * x.nbytes, minimum=2 * x.nbytes)
@@ -239,12 +342,22 @@ def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
     ran = measure(norms.softmax_long, x, block_rows=block_rows, block_cols=block_cols,
                   structure=SOFTMAX.where(grid=(cdiv(R, block_rows), 2, cdiv(C, block_cols))))
     check_blocks(ran, x, (block_rows, block_cols), "x")
-    # bf16 outputs: the final rounding costs at most 0.4%; a bf16 statistic costs 4%.
-    check(ran, softmax64(x).astype(dtype), blocks=(block_rows, block_cols), axes="R C",
+    if np.isinf(np.asarray(ran.output, np.float64)).all():
+        fail("all_inf", (
+            "every value of your output is inf: when the second pass wrote, l was 0 (or m "
+            "was -inf), so the statistics of the first pass were gone. pl.when(j == 0) "
+            "holds at the first step of both passes: reset m and l only where phase == 0 "
+            "too, pl.when((phase == 0) & (j == 0))."),
+            [("output", f"{x.size} of {x.size} values are inf")])
+    # bf16 outputs: the final rounding costs at most 0.4%; a bf16 statistic costs 3%.
+    expected = softmax64(x)
+    check(ran, expected.astype(dtype), blocks=(block_rows, block_cols), axes="R C",
           tolerance=None if dtype == "float32" else 1e-2,
           likely={"l_not_rescaled": lambda: online64(x, block_cols, rescale=False).astype(dtype),
                   "last_block_statistics": lambda: online64(x, block_cols,
                                                             reset=True).astype(dtype)})
+    if dtype == "bfloat16":
+        check_rounded_once(ran.output, expected)
     if is_tpu_size(R, C):
         return
     block = block_rows * block_cols * x.itemsize
@@ -258,7 +371,8 @@ def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
 # 3 -------------------------------------------------------------------------
 @puzzle("norms.softmax_grad")
 @pytest.mark.parametrize("R, C, block_rows, block_cols, dtype", [
-    pytest.param(24, 640, 8, None, "float32", id="R=24 C=640 block_rows=8 whole rows"),
+    pytest.param(12, 640, 16, None, "float32",
+                 id="R=12 C=640 block_rows=16 whole rows (one block: block_rows shrinks to R)"),
     pytest.param(17, 1025, 16, 256, "bfloat16",
                  id="R=17 C=1025 block_rows=16 block_cols=256 bf16 (tails of 1 row, 1 column)"),
     pytest.param(2048, 32768, 16, 2048, "bfloat16", id="R=2048 C=32768 bf16-tpu",
@@ -271,28 +385,33 @@ def test_softmax_grad(R, C, block_rows, block_cols, dtype, rng):
     dy = rng.normal((R, C), dtype)
     # The forward is puzzle 1's or puzzle 2's; the backward walks puzzle 2's grid, with a
     # single column block for whole rows.
-    two_passes = (cdiv(R, block_rows), 2, cdiv(C, block_cols or C))
-    forward_grid = (cdiv(R, block_rows),) if block_cols is None else two_passes
+    # A block larger than the array shrinks to it.
+    rows, cols = min(block_rows, R), min(block_cols or C, C)
+    two_passes = (cdiv(R, rows), 2, cdiv(C, cols))
+    forward_grid = (cdiv(R, rows),) if block_cols is None else two_passes
+    saved = Saved()
     ran = measure(with_grads, x, dy, function=norms.softmax, block_rows=block_rows,
-                  block_cols=block_cols,
+                  block_cols=block_cols, saved=saved,
                   structure=SOFTMAX.where(kernels=2, inside={"exp", "reduce_sum", "mul"},
                                           grid=[forward_grid, two_passes]))
     for array, name in ((x, "x (and y, the forward's output)"), (dy, "dy")):
-        check_blocks(ran, array, (block_rows, block_cols or C), name)
+        check_blocks(ran, array, (rows, cols), name)
     y, dx = ran.output
     p = softmax64(x)
     dy64, x64 = f64(dy, x)
     tolerance = None if dtype == "float32" else 3e-2   # y is rounded to bf16 before dx
-    check(y, p.astype(dtype), name="y", blocks=(block_rows, block_cols), axes="R C")
+    check(y, p.astype(dtype), name="y", blocks=(rows, cols), axes="R C")
     check_alone(norms.softmax, x, like=x, block_rows=block_rows, block_cols=block_cols)
 
     def dx_of(y):
         return lambda: (y * (dy64 - (dy64 * y).sum(axis=1, keepdims=True))).astype(dtype)
 
-    check(dx, dx_of(p)(), name="dx", blocks=(block_rows, block_cols), axes="R C",
+    check(dx, dx_of(p)(), name="dx", blocks=(rows, cols), axes="R C",
           tolerance=tolerance,
           likely={"given_x": dx_of(x64), "no_row_sum": lambda: (p * dy64).astype(dtype),
                   "sign_flipped": lambda: -dx_of(p)()})
+    saved.check(rows=R * C, most=1, why=(
+        "the backward needs y, the forward's own output, and dy, which it is handed."))
     if is_tpu_size(R, C):
         return
     passes = 1 if block_cols is None else 2
@@ -301,6 +420,20 @@ def test_softmax_grad(R, C, block_rows, block_cols, dtype, rng):
     check_traffic(ran, reference=(passes + 1 + 2 * passes + 1) * x.nbytes,
                   minimum=5 * x.nbytes)
     lowers_for_tpu(ran)
+
+
+@puzzle("norms.softmax_grad")
+def test_softmax_grad_rejects_bad_arguments():
+    """softmax checks its arguments up front: a ValueError naming the one at fault."""
+    x = np.zeros((16, 256), np.float32)
+    check_rejects(norms.softmax, [
+        ("x must be 2-D", (np.zeros((2, 16, 256), np.float32),), {}, ["x"]),
+        ("x must be floating", (np.zeros((16, 256), np.int32),), {}, ["x"]),
+        ("block_rows must be a positive multiple of 8", (x,), {"block_rows": 12},
+         ["block_rows"]),
+        ("block_cols must be a positive multiple of 128", (x,), {"block_cols": 100},
+         ["block_cols"]),
+    ])
 
 
 # 4 -------------------------------------------------------------------------
@@ -338,6 +471,8 @@ def test_rms_forward(R, D, block_rows, dtype, eps, rng):
     check(inv_rms, truth["inv_rms"].astype(np.float32), name="inv_rms",
           blocks=(block_rows, None), axes="R 1",
           likely={"rms_not_inverted": lambda: (1 / truth["inv_rms"]).astype(np.float32)})
+    if dtype == "bfloat16":
+        check_rounded_once(y, truth["y"], name="y")
     if is_tpu_size(R, D):
         return
     moved = x.nbytes + scale.nbytes + x.nbytes + R * 4
@@ -365,8 +500,9 @@ def test_rms_backward(R, D, block_rows, dtype, rng):
     x, dy = rng.normal((R, D), dtype), rng.normal((R, D), dtype)
     scale = rng.normal((D,), dtype)
     rows = min(block_rows, R)    # a block longer than the array shrinks to it
+    saved = Saved()
     ran = measure(with_grads, x, scale, dy, function=norms.rms_norm, eps=1e-6,
-                  block_rows=block_rows,
+                  block_rows=block_rows, saved=saved,
                   structure=NORM.where(kernels=2, grid=(cdiv(R, rows),)))
     check_blocks(ran, x, (rows, D), "x")
     y, dx, dscale = ran.output
@@ -376,11 +512,19 @@ def test_rms_backward(R, D, block_rows, dtype, rng):
     check_alone(norms.rms_norm, x, scale, like=x, eps=1e-6, block_rows=block_rows)
     check(dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
           tolerance=tolerance,
-          likely={"no_mean_term": lambda: (truth["inv_rms"] * truth["g"]).astype(dtype)})
+          likely={"no_mean_term": lambda: (truth["inv_rms"] * truth["g"]).astype(dtype),
+                  "sum_not_mean": lambda: (truth["inv_rms"] * (
+                      truth["g"] - truth["x_hat"] * (truth["g"] * truth["x_hat"]).sum(
+                          axis=1, keepdims=True))).astype(dtype)})
     partial = row_blocks(f64(dy)[0] * truth["x_hat"], rows)
     check(dscale, truth["dscale"].astype(dtype), name="dscale", tolerance=tolerance,
           likely={"last_block_only": lambda: partial[-1].astype(dtype),
                   "first_block_only": lambda: partial[0].astype(dtype)})
+    saved.check(rows=R * D, most=1, why=(
+        "x, which the backward reads anyway, scale, and one float per row, 1 / rms. The "
+        "normalised rows x * (1 / rms) (or y) are as large as x: written by the forward "
+        "and read back by the backward, two more trips over the whole array, for a "
+        "product the backward recomputes for free."))
     if is_tpu_size(R, D):
         return
     row, vector = R * D * x.itemsize, D * scale.itemsize
@@ -388,6 +532,18 @@ def test_rms_backward(R, D, block_rows, dtype, rng):
     moved = (row + vector + row + 4 * R) + (2 * row + vector + 4 * R + row + vector)
     check_traffic(ran, reference=moved, minimum=moved)
     lowers_for_tpu(ran)
+
+
+@puzzle("norms.rms_backward")
+def test_rms_backward_rejects_bad_arguments():
+    """rms_norm checks its arguments up front: a ValueError naming the one at fault."""
+    x, scale = np.zeros((16, 256), np.float32), np.ones((256,), np.float32)
+    check_rejects(norms.rms_norm, [
+        ("x must be 2-D", (np.zeros((256,), np.float32), scale), {}, ["x"]),
+        ("scale must have shape [D]", (x, np.ones((128,), np.float32)), {}, ["scale"]),
+        ("block_rows must be a positive multiple of 8", (x, scale), {"block_rows": 0},
+         ["block_rows"]),
+    ])
 
 
 # 6 -------------------------------------------------------------------------
@@ -406,8 +562,9 @@ def test_layer_norm(R, D, block_rows, dtype, offset, rng):
     dy = rng.normal((R, D), dtype)
     scale, bias = rng.normal((D,), dtype), rng.normal((D,), dtype)
     rows = min(block_rows, R)
+    saved = Saved()
     ran = measure(with_grads, x, scale, bias, dy, function=norms.layer_norm,
-                  eps=1e-5, block_rows=block_rows,
+                  eps=1e-5, block_rows=block_rows, saved=saved,
                   structure=NORM.where(kernels=2, grid=(cdiv(R, rows),)))
     check_blocks(ran, x, (rows, D), "x")
     y, dx, dscale, dbias = ran.output
@@ -421,15 +578,28 @@ def test_layer_norm(R, D, block_rows, dtype, offset, rng):
                   "not_centred": lambda: (x64 / np.sqrt(ms + 1e-5) * scale64 + bias64)
                   .astype(dtype)})
     check_alone(norms.layer_norm, x, scale, bias, like=x, eps=1e-5, block_rows=block_rows)
-    check(dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
-          tolerance=tolerance)
     dy64, = f64(dy)
+    g, x_hat = truth["g"], truth["x_hat"]
+
+    def dx_without(mean_g=True, mean_gx=True):
+        return lambda: (truth["rstd"] * (
+            g - (g.mean(axis=1, keepdims=True) if mean_g else 0)
+            - (x_hat * (g * x_hat).mean(axis=1, keepdims=True) if mean_gx else 0))).astype(dtype)
+
+    check(dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
+          tolerance=tolerance, likely={"no_mean_of_g": dx_without(mean_g=False),
+                                       "no_mean_term": dx_without(mean_gx=False)})
     partial = row_blocks(dy64, rows)
     check(dscale, truth["dscale"].astype(dtype), name="dscale", tolerance=tolerance,
           likely={"dscale_dbias_swapped": lambda: truth["dbias"].astype(dtype)})
     check(dbias, truth["dbias"].astype(dtype), name="dbias", tolerance=tolerance,
           likely={"last_block_only": lambda: partial[-1].astype(dtype),
                   "dscale_dbias_swapped": lambda: truth["dscale"].astype(dtype)})
+    saved.check(rows=R * D, most=1, why=(
+        "x, which the backward reads anyway, scale, and two floats per row, the mean and "
+        "1 / std. Anything else as large as x (the normalised rows, y) is written by the "
+        "forward and read back by the backward: two more trips over the whole array, for "
+        "values the backward recomputes for free."))
     if is_tpu_size(R, D):
         return
     row, vector = R * D * x.itemsize, D * scale.itemsize
@@ -438,6 +608,20 @@ def test_layer_norm(R, D, block_rows, dtype, offset, rng):
     moved = (row + 2 * vector + row + 8 * R) + (2 * row + vector + 8 * R + row + 2 * vector)
     check_traffic(ran, reference=moved, minimum=moved)
     lowers_for_tpu(ran)
+
+
+@puzzle("norms.layer_norm")
+def test_layer_norm_rejects_bad_arguments():
+    """layer_norm checks its arguments up front: a ValueError naming the one at fault."""
+    x, vector = np.zeros((16, 256), np.float32), np.ones((256,), np.float32)
+    short = np.ones((128,), np.float32)
+    check_rejects(norms.layer_norm, [
+        ("x must be 2-D", (np.zeros((2, 16, 256), np.float32), vector, vector), {}, ["x"]),
+        ("scale must have shape [D]", (x, short, vector), {}, ["scale"]),
+        ("bias must have shape [D]", (x, vector, short), {}, ["bias"]),
+        ("block_rows must be a positive multiple of 8", (x, vector, vector),
+         {"block_rows": 12}, ["block_rows"]),
+    ])
 
 
 # 7 and 8 -----------------------------------------------------------------------
@@ -516,6 +700,16 @@ def test_fused_xent(T, D, V, block_t, block_v, dtype, logits, rng):
         fail("returned", "cross_entropy_forward returns two arrays: (loss, lse).",
              [("returned", type(ran.output).__name__)])
     loss, lse = ran.output
+    num_t = cdiv(T, block_t)
+    if not is_tpu_size(T, V) and ran.bytes_from(w) < num_t * w.nbytes:
+        fail("vocabulary_skipped", (
+            "some vocabulary blocks of w never reach your kernel: every token block needs "
+            "all of w, one (D, block_v) block per step of the vocabulary axis, and your "
+            "kernel reads less than that. w's index map must follow the grid's vocabulary "
+            "index v (index maps receive the grid's indices in the grid's order, (t, v))."),
+            [("w read", f"yours {ran.bytes_from(w):,} bytes · all of w once per token "
+                        f"block: {num_t} × {w.nbytes:,} = {num_t * w.nbytes:,} bytes")],
+            name="w")
     if np.isinf(np.asarray(loss, np.float64)).any():
         fail("overflow", (
             "your loss is infinite: exp overflowed (float32 exp is inf beyond about 88, and "
@@ -612,6 +806,27 @@ def test_xent_backward(T, D, V, block_t, block_v, dtype, rng):
     check_traffic(ran, reference=forward + dh_kernel + dw_kernel,
                   minimum=forward + h.nbytes + w.nbytes + 3 * per_token + h.nbytes + w.nbytes)
     lowers_for_tpu(ran)
+
+
+@puzzle("norms.xent_backward")
+def test_xent_backward_rejects_bad_arguments():
+    """cross_entropy checks its arguments up front: a ValueError naming the one at fault."""
+    T, D, V = 16, 64, 300
+    h, w = np.zeros((T, D), np.float32), np.zeros((D, V), np.float32)
+    labels = np.zeros((T,), np.int32)
+    check_rejects(norms.cross_entropy, [
+        ("h must be 2-D", (np.zeros((T * D,), np.float32), w), {"labels": labels}, ["h"]),
+        ("w must be [D, V] with h's D", (h, np.zeros((D // 2, V), np.float32)),
+         {"labels": labels}, ["w", "h"]),
+        ("labels must be integers", (h, w), {"labels": labels.astype(np.float32)},
+         ["labels"]),
+        ("labels must have shape [T]", (h, w), {"labels": np.zeros((T + 1,), np.int32)},
+         ["labels"]),
+        ("block_t must be a positive multiple of 8", (h, w),
+         {"labels": labels, "block_t": 12}, ["block_t"]),
+        ("block_v must be a positive multiple of 128", (h, w),
+         {"labels": labels, "block_v": 64}, ["block_v"]),
+    ])
 
 
 @puzzle("norms.xent_backward")

@@ -424,7 +424,7 @@ def cross_entropy_forward(h, w, labels, *, block_t=128, block_v=512):
                         pltpu.VMEM((block_t, 1), jnp.float32),    # l: running sum
                         pltpu.VMEM((block_t, 1), jnp.float32)],   # the label's logit
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
-    )(h, w, labels.reshape(T, 1))
+    )(h, w, labels.reshape(T, 1).astype(jnp.int32))
     return loss.reshape(T), lse
 
 

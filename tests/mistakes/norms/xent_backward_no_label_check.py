@@ -5,6 +5,14 @@ EXPECT = "np.asarray(labels) works on concrete values"
 
 
 def cross_entropy(h, w, labels, *, block_t=128, block_v=512):
+    if h.ndim != 2 or w.ndim != 2 or h.shape[1] != w.shape[0]:
+        raise ValueError(f"cross_entropy: h must be [T, D] and w [D, V]; got shapes "
+                         f"{h.shape} and {w.shape}")
+    if labels.shape != h.shape[:1] or not jnp.issubdtype(labels.dtype, jnp.integer):
+        raise ValueError(f"cross_entropy: labels must be integers of shape [T]; got "
+                         f"{labels.shape} {labels.dtype}")
+    _check_block("cross_entropy", "block_t", block_t, 8)
+    _check_block("cross_entropy", "block_v", block_v, 128)
     (T, _), V = h.shape, w.shape[1]
     block_t, block_v = min(block_t, T), min(block_v, V)
     labels = labels.astype(jnp.int32)
