@@ -364,9 +364,9 @@ def test_skip_empty(B, N, T, S, H, block_q, block_kv, shape, dtype, rng):
           axes="B N T H", tolerance=1e-4 if dtype == "float32" else None,
           likely={"mask_ignored": lambda: attention(q, k, v, np.ones_like(mask)).astype(dtype),
                   "no_scale": lambda: attention(q, k, v, mask, sm_scale=1.0).astype(dtype),
-                  "start_every_step": last_tile_only,
                   "partial_unmasked": blockwise(categories != EMPTY),
                   "partial_skipped": blockwise(categories == FULL),
+                  "start_every_step": last_tile_only,   # named first when both match
                   "l_not_rescaled": lambda: following(
                       q, k, v, tables_for(mask, N, block_q, block_kv), l_rescaled=False)
                   .astype(dtype)})
