@@ -181,6 +181,19 @@ def _hint_option(value):
         "(1: the idea, 2: a skeleton, 3: the solution), or bare --hint for the next one.")
 
 
+def _start_jax(config) -> set:
+    """The platforms JAX sees; without a TPU, Pallas runs interpreted, with the XLA
+    compile cache under pytest's cache."""
+    from . import runtime
+
+    platforms = runtime.platforms()
+    runtime.use_interpret_mode("tpu" not in platforms)
+    if "tpu" not in platforms:
+        cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+        compile_cache.install(cache.mkdir("pallas-xla") if cache else None)
+    return platforms
+
+
 class PallasRun:
     """The hooks that act in a run of the kit's tests (registered by pytest_configure)."""
 
@@ -211,14 +224,8 @@ class PallasRun:
 
     # -- setup: hardware gating, and interpret mode where there is no TPU
     def pytest_runtest_setup(self, item):
-        from . import runtime
-
         if self.platforms is None:  # detected once per session
-            self.platforms = runtime.platforms()
-            runtime.use_interpret_mode("tpu" not in self.platforms)
-            if "tpu" not in self.platforms:
-                cache = getattr(self.config, "cache", None)  # None under -p no:cacheprovider
-                compile_cache.install(cache.mkdir("pallas-xla") if cache else None)
+            self.platforms = _start_jax(self.config)
         checking = sys.modules.get("pytest_pallas_hints.checking")
         if checking is not None:
             checking.measured_in_test(forget=True)
