@@ -323,6 +323,8 @@ def judge_blocks(blocks, M, K, N, itemsize, vmem_bytes):
     pytest.param(4096, 256, 4096, 2, 16 * MiB, id="M=4096 K=256 N=4096 bf16 VMEM=16 MiB"),
     pytest.param(48, 512, 1024, 2, 128 * 1024, id="M=48 K=512 N=1024 bf16 VMEM=128 KiB (tight)"),
     pytest.param(1, 256, 512, 4, MiB, id="M=1 K=256 N=512 f32 VMEM=1 MiB (one row, as in decoding)"),
+    pytest.param(64, 256, 128, 4, 284 * 1024,
+                 id="M=64 K=256 N=128 f32 VMEM=284 KiB (all of K and N fit only in few rows)"),
 ])
 def test_choose_blocks(M, K, N, itemsize, vmem_bytes):
     blocks = matmul.choose_blocks(M, K, N, itemsize=itemsize, vmem_bytes=vmem_bytes)
