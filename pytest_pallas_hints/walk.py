@@ -291,7 +291,7 @@ def _apply(eqn, values):
     elif name in _SAME_VALUE and len(values) >= 1:
         out = values[0]
         shape = getattr(out_aval, "shape", None)
-        if shape is not None and np.ndim(out) and np.size(out) == int(np.prod(shape)):
+        if shape is not None and np.size(out) == int(np.prod(shape)):
             out = np.reshape(out, shape)
     elif name == "convert_element_type":
         out = np.asarray(values[0]).astype(eqn.params["new_dtype"])
@@ -637,7 +637,10 @@ def prefetch_before_run(closed, flat_args: list) -> dict[int, list] | None:
                 if all(v is not UNKNOWN and not isinstance(v, _Ref) for v in prefetch):
                     found.setdefault(id(eqn), [np.asarray(v) for v in prefetch])
                 return [UNKNOWN] * len(eqn.outvars)
-            return super().equation(eqn, values)
+            outs = super().equation(eqn, values)
+            if any(o is UNKNOWN for o in outs) and _integer_op(eqn, values):
+                outs = _bound(eqn, values, outs)
+            return outs
 
     def known(x):
         x = np.asarray(x)
@@ -649,3 +652,31 @@ def prefetch_before_run(closed, flat_args: list) -> dict[int, list] | None:
     except (Uncountable, TypeError, ValueError, IndexError):
         return None
     return found
+
+
+_BOUND_MOST = 1 << 16   # elements: integer work around the kernels small enough to run here
+
+
+def _integer_op(eqn, values) -> bool:
+    """Whether ``eqn`` is integer work on known values that JAX itself may run here: the
+    metadata a program computes for its kernels (a cumsum, a gather, a jnp.repeat) with
+    primitives the walk does not model. No kernel inside, no float, nothing large."""
+    if not eqn.outvars or any(v is UNKNOWN or isinstance(v, _Ref) for v in values):
+        return False
+    for var in eqn.outvars:
+        aval = getattr(var, "aval", None)
+        dtype = getattr(aval, "dtype", None)
+        if dtype is None or not (np.issubdtype(dtype, np.integer) or dtype == np.bool_) \
+                or int(np.prod(aval.shape)) > _BOUND_MOST:
+            return False
+    return not any(jaxcompat.is_kernel(inner) for jaxpr, _ in jaxcompat.sub_jaxprs(eqn)
+                   for inner in jaxpr.eqns)
+
+
+def _bound(eqn, values, unknown: list) -> list:
+    """``eqn`` applied to its known values by JAX (eagerly, on the host's device), or
+    ``unknown`` where that fails."""
+    try:
+        return [np.asarray(out) for out in jaxcompat.bind(eqn, [np.asarray(v) for v in values])]
+    except Exception:
+        return unknown

@@ -276,6 +276,29 @@ def test_a_read_past_the_end_is_named_with_its_line_before_the_run():
     assert "ids_ref[pl.program_id(0) + offset]" in dict(finding.facts)["reads"]
 
 
+def cumsum_table_reader(offset):
+    """The table the kernel reads is computed around it (a cumsum, as grouped matmul's
+    metadata is), and each step reads ids[i + offset]."""
+    def call(sizes, x):
+        return table_reader(offset)(jnp.cumsum(sizes).astype(jnp.int32).reshape(-1), x)
+    return call
+
+
+@pytest.mark.parametrize("offset, index", [(-1, "index -1 along dim 0, which has 4"),
+                                           (1, "index 4 along dim 0, which has 4")])
+def test_a_read_past_either_end_of_a_computed_table_is_named_before_the_run(offset, index):
+    """The table's values follow from the integer inputs by ops the walk does not model
+    itself (JAX runs them), so the kernel is walked before it runs: a read at -1 (which
+    the interpreter would wrap around, unseen) is named like a read at the size."""
+    sizes, x = np.ones(4, np.int32), np.zeros((32, 128), np.float32)
+    measure(cumsum_table_reader(0), sizes, x, structure=None)
+    with pytest.raises(Diagnosed) as failed:
+        measure(cumsum_table_reader(offset), sizes, x, structure=None)
+    finding = failed.value.findings()[0]
+    assert finding.kind == "out_of_bounds_ref"
+    assert dict(finding.facts)["index"] == index
+
+
 def test_a_learners_failed_kernel_is_never_called_a_kit_problem(monkeypatch):
     """Unseen before the run, the read fails while the kernel runs and leaves the
     simulated TPU dirty; the kit proves its own kernel still runs (in a clean state)
