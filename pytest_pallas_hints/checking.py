@@ -470,6 +470,11 @@ def _locate(error: BaseException, traced) -> None:
         error.pallas_where = program.site_of(traced, error, chapters.sources())
     except Exception:
         pass
+    try:   # the grids and their semantics, for an error that depends on them (a revisit)
+        error.pallas_kernels = [(site.call.name, tuple(site.call.grid),
+                                 tuple(site.call.semantics)) for site in traced.sites]
+    except Exception:
+        pass
 
 
 def _trace(fn, args, static) -> program.Program:

@@ -439,7 +439,10 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
         match = re.search(pattern, text, re.S)
         if match:
             groups = [_readable(g) for g in match.groups()]
-            says = says(*groups) if callable(says) else says.format(*groups)
+            if says is _revisited:
+                says = _revisited(*groups, kernels=getattr(error, "pallas_kernels", ()))
+            else:
+                says = says(*groups) if callable(says) else says.format(*groups)
             finding = Finding(name, says, where=where)
             message = _line_at(text, match.start())
             break
@@ -534,6 +537,35 @@ def _out_of_bounds(block: str, name: str, step: str, rest: str = "") -> str:
                            "blocks - 1 along each dim. Either the index map asks for the "
                            "wrong block, or the array is smaller than the grid walks (for an "
                            "output: out_shape).")
+
+
+def _revisited(output: str, step: str, before: str | None = None, kernels=()) -> str:
+    """Why an output block came back after the steps had moved on to another one. The
+    interpreter runs a "parallel" axis's steps shuffled (two TPU cores would split
+    them): when the grid steps moved along such an axis, that axis is the one to mark
+    "arbitrary". ``kernels``: (name, grid, semantics) of the program's kernels."""
+    said = (f"output {output} goes back to a block it left earlier (at grid step {step}): "
+            "its first result was already written back and would be overwritten. ")
+    now = [int(n) for n in re.findall(r"-?\d+", step)]
+    was = [int(n) for n in re.findall(r"-?\d+", before or "")]
+    moved = [d for d in range(min(len(now), len(was))) if now[d] != was[d]]
+    for name, grid, semantics in kernels:
+        if len(grid) != len(now) or len(semantics) != len(grid):
+            continue
+        parallel = [d for d in moved if semantics[d] == "parallel" and grid[d] != 1]
+        if parallel:
+            axis = parallel[-1]
+            return said + (
+                f"Grid axis {axis} of {name}() is marked \"parallel\", so its steps may run "
+                "in any order (a TPU with two cores splits them between the cores; interpret "
+                "mode shuffles them), and the steps along it that write one output block (a "
+                "sum over the axis, or consecutive steps that name the same block) no longer "
+                f"come one after the other. Mark axis {axis} \"arbitrary\": an axis may be "
+                "\"parallel\" only when each of its steps writes output blocks of its own.")
+    return said + ("The steps that write one output block must be consecutive and in order: "
+                   "put the axis along which the block stays put last in the grid, and mark "
+                   "it \"arbitrary\" (the steps of a \"parallel\" axis may be split between "
+                   "cores).")
 
 
 def _real_error(text: str) -> str:
@@ -667,12 +699,8 @@ _ERRORS = [
     (r"Dimensions with parallel semantics must form a prefix of the grid", "parallel_prefix",
      "grid axes marked \"parallel\" must come before the others: put the reduction axis "
      "last in the grid, with dimension_semantics such as (\"parallel\", \"arbitrary\")."),
-    (r"Revisited block .*? of output (\d+) in iteration (\([^)]*\))", "revisited",
-     "output {0} goes back to a block it left earlier (at grid step {1}): its first "
-     "result was already written back and would be overwritten. The steps that write "
-     "one output block must be consecutive and in order: put the axis along which the "
-     "block stays put last in the grid, and mark it \"arbitrary\" (the steps of a "
-     "\"parallel\" axis may be split between cores)."),
+    (r"Revisited block .*? of output (\d+) in iteration (\([^)]*\))(?:\. The block was "
+     r"previously visited in iterations (\([^)]*\)))?", "revisited", _revisited),
     (r"Out-of-bounds read of .*?: reading \[(.*?)\] but buffer has shape (\([^)]*\))",
      "out_of_bounds_ref",
      "a read past the end of a buffer inside the kernel: it reads at {0} in a ref of "
