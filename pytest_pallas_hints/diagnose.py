@@ -52,9 +52,11 @@ def close(yours: np.ndarray, expected: np.ndarray, tolerance: float) -> np.ndarr
 
 def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", blocks=None,
             axes: str | None = None, likely: dict | None = None,
-            tolerance: float = 2e-5, carries: bool | None = None) -> list[Finding]:
+            tolerance: float = 2e-5, carries: bool | None = None,
+            stored: bool | None = None) -> list[Finding]:
     """How ``yours`` differs from ``expected``, most specific finding first. ``carries``:
-    whether the kernels carry state from step to step (None: not known)."""
+    whether the kernels carry state from step to step; ``stored``: whether any grid step
+    stored into an output (None: not known)."""
     shape_row = ("shape", f"expected {_shape(expected)} · yours {_shape(yours)}")
     if yours.shape != expected.shape:
         return [_shape_finding(yours, expected, shape_row)]
@@ -89,7 +91,7 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
             "axis starts over (pl.program_id(r) == 0 for the reduction axis r, whatever "
             "the other axes), not only at the very first grid step.")))
     if nan.any():
-        findings.append(_nan_finding(nan, bad, grid, tail))
+        findings.append(_nan_finding(nan, bad, grid, tail, stored))
     if not np.any(y) and np.any(e):
         findings.append(Finding("zeros", (
             f"your {name} is all zeros: was anything stored, and was it stored after the "
@@ -179,7 +181,20 @@ def _shape_finding(yours, expected, shape_row) -> Finding:
         "the pallas_call)."), [shape_row])
 
 
-def _nan_finding(nan: np.ndarray, bad: np.ndarray, grid, tail: int | None) -> Finding:
+def _nan_finding(nan: np.ndarray, bad: np.ndarray, grid, tail: int | None,
+                 stored: bool | None = None) -> Finding:
+    if nan.all() and stored is False:   # the walk saw no store: a puzzle may say why
+        return Finding("never_stored", (
+            "every value is NaN, and no grid step stored into the output: the store never "
+            "ran. Does it sit under a pl.when whose condition never holds (the last step of "
+            "another axis: pl.num_programs of the wrong axis?), or in a branch no step "
+            "takes?"), detail="no_store")
+    if nan.all() and stored:
+        return Finding("nan", (
+            "every value is NaN, though your kernel stored into the output: the values it "
+            "stored were NaN, computed from memory never written. A scratch read before it "
+            "was initialised, the part of a block that hangs past the end of an array "
+            "(garbage; NaN * 0 is still NaN), or a DMA buffer read before its wait()?"))
     if nan.all():
         return Finding("never_stored", (
             "every value is NaN: nothing was stored into the output, or only values "
@@ -740,7 +755,9 @@ _ERRORS = [
 # --------------------------------------------------------------- render ---
 
 # A finding that is a case of a broader one: a puzzle's words for the broader kind
-# (written for what goes wrong there) serve when it has none for the narrow one.
+# (written for what goes wrong there) serve when it has none for the narrow one. A
+# never_stored finding the walk proved (detail "no_store") takes a puzzle's words for
+# "never_stored:no_store" first.
 _BROADER = {"never_stored": "nan", "unwritten": "nan"}
 
 

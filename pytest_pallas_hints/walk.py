@@ -62,6 +62,9 @@ class Counts:
     #                               positions (None: a scratch or a run_scoped buffer)
     outside: list = dataclasses.field(default_factory=list)      # (get/swap equation, what
     #                               part past the ends of its ref), on the kernel's sure path
+    stores: set = dataclasses.field(default_factory=set)         # (grid point, operand)
+    #                               of every store or DMA into a kernel operand; one in a
+    #                               branch the walk cannot decide counts as made
     dot_flops: dict = dataclasses.field(default_factory=dict)     # operand dtype -> flops
     step_flops: list = dataclasses.field(default_factory=list)    # dot flops per grid step
     elementwise: int = 0          # elements produced by the other work (the vector units)
@@ -362,6 +365,8 @@ class Walk:
                                              getattr(refs.dst, "operand", None), copy[2]))
             self.counts.dma_windows.append((getattr(refs.src, "operand", None), refs.src_box,
                                             getattr(refs.dst, "operand", None), refs.dst_box))
+            if getattr(refs.dst, "operand", None) is not None:
+                self.counts.stores.add((self.point, refs.dst.operand))
             self.ledger.start(refs, eqn, into=copy[1])
             return unknown
         if name == "dma_wait":
@@ -407,6 +412,8 @@ class Walk:
         old = np.asarray(ref.value)[index] if known else UNKNOWN
         if name == "get":
             return [old]
+        if ref.operand is not None:
+            self.counts.stores.add((self.point, ref.operand))
         new = values[1]
         if not known and name == "swap" and new is not UNKNOWN and index is not None:
             ref.value = _filled(ref, index, new)   # known once written all at once
@@ -437,6 +444,7 @@ def _cond(outer: Walk, eqn, values) -> list:
         copies = [_Ref(v.value, v.aval, v.operand) if isinstance(v, _Ref) else v
                   for v in operands]
         walk.run(jaxpr, consts, copies)
+        outer.counts.stores |= walk.counts.stores   # a store that may run: made
         counted.append((walk.counts.flops, sorted(walk.counts.dmas)))
         written.append(copies)
         busiest = max(busiest, walk.counts.elementwise)
