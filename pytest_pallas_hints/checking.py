@@ -189,6 +189,22 @@ class Measured:
                     copied[tuple(slice(lo, hi) for lo, hi in box)] += 1
         return copied
 
+    def block_indices(self, block) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """Per run of the kernel ``block`` belongs to (one of ``blocks_from``'s, or one of
+        ``site.call.blocks``), its grid steps [steps, grid rank] in the order the grid
+        runs them and the block indices [steps, dims] its index map names at each, with
+        the scalar-prefetch values of that run. None when the index map cannot be
+        followed."""
+        try:
+            found = []
+            for run in self.executed:
+                if any(b is block for b in run.site.call.blocks):
+                    steps = walk.grid_steps(run.site.call.grid)
+                    found.append((steps, walk.index_maps(block, steps, run.prefetch)))
+            return found
+        except Exception:   # an index map the walk cannot evaluate: not known
+            return None
+
     def stored_blocks(self, block) -> set[tuple] | None:
         """The block indices of ``block`` (a kernel's output operand, one of
         ``site.call.blocks``) that some grid step stored into, by a store or a DMA, from

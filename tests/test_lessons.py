@@ -357,3 +357,14 @@ def test_an_all_nan_output_says_whether_any_step_stored_it(store_axis, scratch_f
     block = next(b for b in ran.program.sites[0].call.blocks if not b.is_input)
     assert ran.stored_blocks(block) == (set() if store_axis == 0 else
                                         {(i, 0) for i in range(8)})
+
+
+def test_the_blocks_an_index_map_names_are_found_per_grid_step():
+    x = np.ones((64, 512), np.float32)
+    ran = measure(summed_rows(1), x, structure=None)
+    (steps, indices), = ran.block_indices(ran.blocks_from(x)[0])
+    assert steps.tolist()[:5] == [[0, 0], [0, 1], [0, 2], [0, 3], [1, 0]]
+    assert indices.tolist() == steps.tolist()        # x's index map is (i, j)
+    block = next(b for b in ran.program.sites[0].call.blocks if not b.is_input)
+    (_, indices), = ran.block_indices(block)
+    assert indices.tolist() == [[i, 0] for i in range(8) for _ in range(4)]
