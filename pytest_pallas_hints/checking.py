@@ -37,10 +37,11 @@ class Mismatch(AssertionError):
     """An output that differs from the expected one; ``findings()`` says how."""
 
     def __init__(self, yours, expected, *, name: str, blocks, axes, likely, tolerance: float,
-                 carries: bool | None = None, narrow: bool | None = None):
+                 carries: bool | None = None, narrow: bool | None = None,
+                 stored: bool | None = None):
         self.yours, self.expected = yours, expected
         self.name, self.blocks, self.axes, self.tolerance = name, blocks, axes, tolerance
-        self._likely, self.carries, self.narrow = likely, carries, narrow
+        self._likely, self.carries, self.narrow, self.stored = likely, carries, narrow, stored
         super().__init__(f"{name} differs from the expected value")
 
     def findings(self) -> list[diagnose.Finding]:
@@ -49,7 +50,7 @@ class Mismatch(AssertionError):
             return diagnose.compare(self.yours, self.expected, name=self.name, blocks=self.blocks,
                                     axes=self.axes, likely=likely,
                                     tolerance=self.tolerance, carries=self.carries,
-                                    narrow=self.narrow)
+                                    narrow=self.narrow, stored=self.stored)
 
     def __str__(self) -> str:
         return "\n".join(diagnose.render(self.findings()))
@@ -190,6 +191,59 @@ class Measured:
                                             "copy of yours reads (an index it cannot know).")
                     copied[tuple(slice(lo, hi) for lo, hi in box)] += 1
         return copied
+
+    def block_indices(self, block) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """Per run of the kernel ``block`` belongs to (one of ``blocks_from``'s, or one of
+        ``site.call.blocks``), its grid steps [steps, grid rank] in the order the grid
+        runs them and the block indices [steps, dims] its index map names at each, with
+        the scalar-prefetch values of that run. None when the index map cannot be
+        followed."""
+        try:
+            found = []
+            for run in self.executed:
+                if any(b is block for b in run.site.call.blocks):
+                    steps = walk.grid_steps(run.site.call.grid)
+                    found.append((steps, walk.index_maps(block, steps, run.prefetch)))
+            return found
+        except Exception:   # an index map the walk cannot evaluate: not known
+            return None
+
+    def stored_blocks(self, block) -> set[tuple] | None:
+        """The block indices of ``block`` (a kernel's output operand, one of
+        ``site.call.blocks``) that some grid step stored into, by a store or a DMA, from
+        the walk of its kernel; a store under a condition the walk cannot decide counts
+        as made. None when the walk or the index map cannot be followed."""
+        try:
+            runs = [(run, counts) for run, counts in zip(self.executed, self.steps)
+                    if any(b is block for b in run.site.call.blocks)]
+            stored = set()
+            for run, counts in runs:
+                call = run.site.call
+                operand = call.num_prefetch + next(k for k, b in enumerate(call.blocks)
+                                                   if b is block)
+                points = [point for point, op in counts.stores if op == operand]
+                if points:
+                    steps = np.array(points, np.int64).reshape(len(points), -1)
+                    stored |= {tuple(int(i) for i in row)
+                               for row in walk.index_maps(block, steps, run.prefetch)}
+            return stored
+        except Exception:   # uncountable, or work accounting missing: not known
+            return None
+
+    def stores_an_output(self) -> bool | None:
+        """Whether any grid step of any kernel stored into an output (a store or a DMA,
+        from the walk; one under a condition the walk cannot decide counts); None when
+        not known."""
+        try:
+            for run, counts in zip(self.executed, self.steps):
+                call = run.site.call
+                outputs = {call.num_prefetch + k for k, b in enumerate(call.blocks)
+                           if not b.is_input}
+                if any(op in outputs for _, op in counts.stores):
+                    return True
+            return False
+        except Exception:   # uncountable, or work accounting missing: not known
+            return None
 
     def _operands_from(self, array) -> list:
         import jax
@@ -472,6 +526,11 @@ def _locate(error: BaseException, traced) -> None:
         error.pallas_where = program.site_of(traced, error, chapters.sources())
     except Exception:
         pass
+    try:   # the grids and their semantics, for an error that depends on them (a revisit)
+        error.pallas_kernels = [(site.call.name, tuple(site.call.grid),
+                                 tuple(site.call.semantics)) for site in traced.sites]
+    except Exception:
+        pass
 
 
 def _trace(fn, args, static) -> program.Program:
@@ -547,19 +606,23 @@ def check(yours, expected, *, blocks=None, axes: str | None = None,
                evaluated only on failure); a match is named by the puzzle's words;
     tolerance: relative tolerance, default by dtype (TOLERANCE).
     """
-    carries = narrow = None
-    if isinstance(yours, Measured):   # what its kernels carry from step to step, if anything
-        carries = any(rules.carried_state(site.call) for site in yours.program.sites)
-        narrow = _narrow_floats(yours.program.closed.jaxpr)
-        yours = yours.output
+    carries = narrow = stored = None
+    measured = yours if isinstance(yours, Measured) else None
+    if measured is not None:   # what its kernels carry from step to step, if anything
+        carries = any(rules.carried_state(site.call) for site in measured.program.sites)
+        narrow = _narrow_floats(measured.program.closed.jaxpr)
+        yours = measured.output
     yours_np, expected_np = np.asarray(yours), np.asarray(expected)
     if tolerance is None:
         tolerance = TOLERANCE.get(expected_np.dtype.name, 0.0)
     if (yours_np.shape == expected_np.shape and yours_np.dtype == expected_np.dtype
             and diagnose.close(yours_np, expected_np, tolerance).all()):
         return
+    if measured is not None and _all_nan(yours_np):   # never stored, or NaN stored?
+        stored = measured.stores_an_output()
     raise Mismatch(yours_np, expected_np, name=name, blocks=blocks, axes=axes,
-                   likely=likely, tolerance=tolerance, carries=carries, narrow=narrow)
+                   likely=likely, tolerance=tolerance, carries=carries, narrow=narrow,
+                   stored=stored)
 
 
 def _narrow_floats(jaxpr) -> bool:
@@ -571,6 +634,13 @@ def _narrow_floats(jaxpr) -> bool:
         if any(_narrow_floats(inner) for inner, _ in jaxcompat.sub_jaxprs(eqn)):
             return True
     return False
+
+
+def _all_nan(a: np.ndarray) -> bool:
+    try:
+        return bool(a.size) and bool(np.isnan(a.astype(np.float64)).all())
+    except (TypeError, ValueError):
+        return False
 
 
 def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | None = None,

@@ -54,10 +54,11 @@ def close(yours: np.ndarray, expected: np.ndarray, tolerance: float) -> np.ndarr
 def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", blocks=None,
             axes: str | None = None, likely: dict | None = None,
             tolerance: float = 2e-5, carries: bool | None = None,
-            narrow: bool | None = None) -> list[Finding]:
+            narrow: bool | None = None, stored: bool | None = None) -> list[Finding]:
     """How ``yours`` differs from ``expected``, most specific finding first. ``carries``:
     whether the kernels carry state from step to step; ``narrow``: whether the program
-    holds any bf16 or f16 value (None: not known)."""
+    holds any bf16 or f16 value; ``stored``: whether any grid step stored into an output
+    (None: not known)."""
     shape_row = ("shape", f"expected {_shape(expected)} · yours {_shape(yours)}")
     if yours.shape != expected.shape:
         return [_shape_finding(yours, expected, shape_row)]
@@ -92,7 +93,7 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
             "axis starts over (pl.program_id(r) == 0 for the reduction axis r, whatever "
             "the other axes), not only at the very first grid step.")))
     if nan.any():
-        findings.append(_nan_finding(nan, bad, grid, tail))
+        findings.append(_nan_finding(nan, bad, grid, tail, stored))
     if not np.any(y) and np.any(e):
         findings.append(Finding("zeros", (
             f"your {name} is all zeros: was anything stored, and was it stored after the "
@@ -192,7 +193,20 @@ def _shape_finding(yours, expected, shape_row) -> Finding:
         "the pallas_call)."), [shape_row])
 
 
-def _nan_finding(nan: np.ndarray, bad: np.ndarray, grid, tail: int | None) -> Finding:
+def _nan_finding(nan: np.ndarray, bad: np.ndarray, grid, tail: int | None,
+                 stored: bool | None = None) -> Finding:
+    if nan.all() and stored is False:   # the walk saw no store: a puzzle may say why
+        return Finding("never_stored", (
+            "every value is NaN, and no grid step stored into the output: the store never "
+            "ran. Does it sit under a pl.when whose condition never holds (the last step of "
+            "another axis: pl.num_programs of the wrong axis?), or in a branch no step "
+            "takes?"), detail="no_store")
+    if nan.all() and stored:
+        return Finding("nan", (
+            "every value is NaN, though your kernel stored into the output: the values it "
+            "stored were NaN, computed from memory never written. A scratch read before it "
+            "was initialised, the part of a block that hangs past the end of an array "
+            "(garbage; NaN * 0 is still NaN), or a DMA buffer read before its wait()?"))
     if nan.all():
         return Finding("never_stored", (
             "every value is NaN: nothing was stored into the output, or only values "
@@ -452,7 +466,10 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
         match = re.search(pattern, text, re.S)
         if match:
             groups = [_readable(g) for g in match.groups()]
-            says = says(*groups) if callable(says) else says.format(*groups)
+            if says is _revisited:
+                says = _revisited(*groups, kernels=getattr(error, "pallas_kernels", ()))
+            else:
+                says = says(*groups) if callable(says) else says.format(*groups)
             finding = Finding(name, says, where=where)
             message = _line_at(text, match.start())
             break
@@ -562,6 +579,35 @@ def _out_of_bounds(block: str, name: str, step: str, rest: str = "") -> str:
                            "blocks - 1 along each dim. Either the index map asks for the "
                            "wrong block, or the array is smaller than the grid walks (for an "
                            "output: out_shape).")
+
+
+def _revisited(output: str, step: str, before: str | None = None, kernels=()) -> str:
+    """Why an output block came back after the steps had moved on to another one. The
+    interpreter runs a "parallel" axis's steps shuffled (two TPU cores would split
+    them): when the grid steps moved along such an axis, that axis is the one to mark
+    "arbitrary". ``kernels``: (name, grid, semantics) of the program's kernels."""
+    said = (f"output {output} goes back to a block it left earlier (at grid step {step}): "
+            "its first result was already written back and would be overwritten. ")
+    now = [int(n) for n in re.findall(r"-?\d+", step)]
+    was = [int(n) for n in re.findall(r"-?\d+", before or "")]
+    moved = [d for d in range(min(len(now), len(was))) if now[d] != was[d]]
+    for name, grid, semantics in kernels:
+        if len(grid) != len(now) or len(semantics) != len(grid):
+            continue
+        parallel = [d for d in moved if semantics[d] == "parallel" and grid[d] != 1]
+        if parallel:
+            axis = parallel[-1]
+            return said + (
+                f"Grid axis {axis} of {name}() is marked \"parallel\", so its steps may run "
+                "in any order (a TPU with two cores splits them between the cores; interpret "
+                "mode shuffles them), and the steps along it that write one output block (a "
+                "sum over the axis, or consecutive steps that name the same block) no longer "
+                f"come one after the other. Mark axis {axis} \"arbitrary\": an axis may be "
+                "\"parallel\" only when each of its steps writes output blocks of its own.")
+    return said + ("The steps that write one output block must be consecutive and in order: "
+                   "put the axis along which the block stays put last in the grid, and mark "
+                   "it \"arbitrary\" (the steps of a \"parallel\" axis may be split between "
+                   "cores).")
 
 
 def _real_error(text: str) -> str:
@@ -695,12 +741,8 @@ _ERRORS = [
     (r"Dimensions with parallel semantics must form a prefix of the grid", "parallel_prefix",
      "grid axes marked \"parallel\" must come before the others: put the reduction axis "
      "last in the grid, with dimension_semantics such as (\"parallel\", \"arbitrary\")."),
-    (r"Revisited block .*? of output (\d+) in iteration (\([^)]*\))", "revisited",
-     "output {0} goes back to a block it left earlier (at grid step {1}): its first "
-     "result was already written back and would be overwritten. The steps that write "
-     "one output block must be consecutive and in order: put the axis along which the "
-     "block stays put last in the grid, and mark it \"arbitrary\" (the steps of a "
-     "\"parallel\" axis may be split between cores)."),
+    (r"Revisited block .*? of output (\d+) in iteration (\([^)]*\))(?:\. The block was "
+     r"previously visited in iterations (\([^)]*\)))?", "revisited", _revisited),
     (r"Out-of-bounds read of .*?: reading \[(.*?)\] but buffer has shape (\([^)]*\))",
      "out_of_bounds_ref",
      "a read past the end of a buffer inside the kernel: it reads at {0} in a ref of "
@@ -761,7 +803,10 @@ _ERRORS = [
 # --------------------------------------------------------------- render ---
 
 # A finding that is a case of a broader one: a puzzle's words for the broader kind
-# (written for what goes wrong there) serve when it has none for the narrow one.
+# (written for what goes wrong there) serve when it has none for the narrow one. A
+# never_stored finding the walk proved (detail "no_store") is not a case of NaN values
+# stored: words for "nan" (scratch not initialised, a tail not masked) would point away
+# from the store that never ran, so it takes only its own.
 _BROADER = {"never_stored": "nan", "unwritten": "nan"}
 
 
@@ -775,7 +820,8 @@ def render(findings: list[Finding], words: dict[str, str] | None = None,
         return []
     rows = [row for f in findings for row in f.facts]
     first, words = findings[0], words or {}
-    kinds = [first.kind] + ([_BROADER[first.kind]] if first.kind in _BROADER else [])
+    broader = first.kind in _BROADER and first.detail != "no_store"
+    kinds = [first.kind] + ([_BROADER[first.kind]] if broader else [])
     keys = [k for kind in kinds for k in (f"{kind}:{output}", f"{kind}:{first.detail}", kind)]
     chosen = next((words[k] for k in keys if k in words), first.says)
     lines = []

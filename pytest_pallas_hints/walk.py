@@ -62,6 +62,9 @@ class Counts:
     #                               positions (None: a scratch or a run_scoped buffer)
     outside: list = dataclasses.field(default_factory=list)      # (get/swap equation, what
     #                               part past the ends of its ref), on the kernel's sure path
+    stores: set = dataclasses.field(default_factory=set)         # (grid point, operand)
+    #                               of every store or DMA into a kernel operand; one in a
+    #                               branch the walk cannot decide counts as made
     dot_flops: dict = dataclasses.field(default_factory=dict)     # operand dtype -> flops
     step_flops: list = dataclasses.field(default_factory=list)    # dot flops per grid step
     elementwise: int = 0          # elements produced by the other work (the vector units)
@@ -291,7 +294,7 @@ def _apply(eqn, values):
     elif name in _SAME_VALUE and len(values) >= 1:
         out = values[0]
         shape = getattr(out_aval, "shape", None)
-        if shape is not None and np.ndim(out) and np.size(out) == int(np.prod(shape)):
+        if shape is not None and np.size(out) == int(np.prod(shape)):
             out = np.reshape(out, shape)
     elif name == "convert_element_type":
         out = np.asarray(values[0]).astype(eqn.params["new_dtype"])
@@ -362,6 +365,8 @@ class Walk:
                                              getattr(refs.dst, "operand", None), copy[2]))
             self.counts.dma_windows.append((getattr(refs.src, "operand", None), refs.src_box,
                                             getattr(refs.dst, "operand", None), refs.dst_box))
+            if getattr(refs.dst, "operand", None) is not None:
+                self.counts.stores.add((self.point, refs.dst.operand))
             self.ledger.start(refs, eqn, into=copy[1])
             return unknown
         if name == "dma_wait":
@@ -407,6 +412,8 @@ class Walk:
         old = np.asarray(ref.value)[index] if known else UNKNOWN
         if name == "get":
             return [old]
+        if ref.operand is not None:
+            self.counts.stores.add((self.point, ref.operand))
         new = values[1]
         if not known and name == "swap" and new is not UNKNOWN and index is not None:
             ref.value = _filled(ref, index, new)   # known once written all at once
@@ -437,6 +444,7 @@ def _cond(outer: Walk, eqn, values) -> list:
         copies = [_Ref(v.value, v.aval, v.operand) if isinstance(v, _Ref) else v
                   for v in operands]
         walk.run(jaxpr, consts, copies)
+        outer.counts.stores |= walk.counts.stores   # a store that may run: made
         counted.append((walk.counts.flops, sorted(walk.counts.dmas)))
         written.append(copies)
         busiest = max(busiest, walk.counts.elementwise)
@@ -637,7 +645,10 @@ def prefetch_before_run(closed, flat_args: list) -> dict[int, list] | None:
                 if all(v is not UNKNOWN and not isinstance(v, _Ref) for v in prefetch):
                     found.setdefault(id(eqn), [np.asarray(v) for v in prefetch])
                 return [UNKNOWN] * len(eqn.outvars)
-            return super().equation(eqn, values)
+            outs = super().equation(eqn, values)
+            if any(o is UNKNOWN for o in outs) and _integer_op(eqn, values):
+                outs = _bound(eqn, values, outs)
+            return outs
 
     def known(x):
         x = np.asarray(x)
@@ -649,3 +660,31 @@ def prefetch_before_run(closed, flat_args: list) -> dict[int, list] | None:
     except (Uncountable, TypeError, ValueError, IndexError):
         return None
     return found
+
+
+_BOUND_MOST = 1 << 16   # elements: integer work around the kernels small enough to run here
+
+
+def _integer_op(eqn, values) -> bool:
+    """Whether ``eqn`` is integer work on known values that JAX itself may run here: the
+    metadata a program computes for its kernels (a cumsum, a gather, a jnp.repeat) with
+    primitives the walk does not model. No kernel inside, no float, nothing large."""
+    if not eqn.outvars or any(v is UNKNOWN or isinstance(v, _Ref) for v in values):
+        return False
+    for var in eqn.outvars:
+        aval = getattr(var, "aval", None)
+        dtype = getattr(aval, "dtype", None)
+        if dtype is None or not (np.issubdtype(dtype, np.integer) or dtype == np.bool_) \
+                or int(np.prod(aval.shape)) > _BOUND_MOST:
+            return False
+    return not any(jaxcompat.is_kernel(inner) for jaxpr, _ in jaxcompat.sub_jaxprs(eqn)
+                   for inner in jaxpr.eqns)
+
+
+def _bound(eqn, values, unknown: list) -> list:
+    """``eqn`` applied to its known values by JAX (eagerly, on the host's device), or
+    ``unknown`` where that fails."""
+    try:
+        return [np.asarray(out) for out in jaxcompat.bind(eqn, [np.asarray(v) for v in values])]
+    except Exception:
+        return unknown

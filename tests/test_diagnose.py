@@ -279,6 +279,24 @@ def test_common_pallas_errors_in_plain_words(message, kind, words):
     assert words in finding.says
 
 
+@pytest.mark.parametrize("semantics, says", [
+    (("parallel", "parallel"), 'Grid axis 1 of gmm_kernel() is marked "parallel"'),
+    (("parallel", "arbitrary"), "put the axis along which the block stays put last"),
+])
+def test_a_revisit_along_a_parallel_axis_names_that_axis(semantics, says):
+    """The interpreter shuffles a "parallel" axis's steps: a block revisited while the
+    steps moved along such an axis (here the last, so "put it last" would be no help)
+    says to mark that axis "arbitrary"."""
+    error = RuntimeError("Revisited block (slice(192, 256, 1), slice(0, 128, 1)) of output 0 "
+                         "in iteration (0, 4). The block was previously visited in iterations "
+                         "(0, 2) through (0, 2) .")
+    error.pallas_kernels = [("gmm_kernel", (2, 8), semantics)]
+    finding = explain(error, frames_in(), ROOT)
+    assert finding.kind == "revisited" and says in finding.says
+    if semantics[1] == "parallel":
+        assert 'Mark axis 1 "arbitrary"' in finding.says and "last in the grid" not in finding.says
+
+
 @pytest.mark.parametrize("block, step, window, says", [
     ("(2, 0)", "(0, 2)", "slice(16, 24, 1), slice(0, 128, 1)", "the grid step reversed"),
     ("(8, 0)", "(1,)", "slice(64, 72, 1), slice(0, 128, 1)", "It is an element offset"),

@@ -276,6 +276,29 @@ def test_a_read_past_the_end_is_named_with_its_line_before_the_run():
     assert "ids_ref[pl.program_id(0) + offset]" in dict(finding.facts)["reads"]
 
 
+def cumsum_table_reader(offset):
+    """The table the kernel reads is computed around it (a cumsum, as grouped matmul's
+    metadata is), and each step reads ids[i + offset]."""
+    def call(sizes, x):
+        return table_reader(offset)(jnp.cumsum(sizes).astype(jnp.int32).reshape(-1), x)
+    return call
+
+
+@pytest.mark.parametrize("offset, index", [(-1, "index -1 along dim 0, which has 4"),
+                                           (1, "index 4 along dim 0, which has 4")])
+def test_a_read_past_either_end_of_a_computed_table_is_named_before_the_run(offset, index):
+    """The table's values follow from the integer inputs by ops the walk does not model
+    itself (JAX runs them), so the kernel is walked before it runs: a read at -1 (which
+    the interpreter would wrap around, unseen) is named like a read at the size."""
+    sizes, x = np.ones(4, np.int32), np.zeros((32, 128), np.float32)
+    measure(cumsum_table_reader(0), sizes, x, structure=None)
+    with pytest.raises(Diagnosed) as failed:
+        measure(cumsum_table_reader(offset), sizes, x, structure=None)
+    finding = failed.value.findings()[0]
+    assert finding.kind == "out_of_bounds_ref"
+    assert dict(finding.facts)["index"] == index
+
+
 def test_a_learners_failed_kernel_is_never_called_a_kit_problem(monkeypatch):
     """Unseen before the run, the read fails while the kernel runs and leaves the
     simulated TPU dirty; the kit proves its own kernel still runs (in a clean state)
@@ -287,3 +310,61 @@ def test_a_learners_failed_kernel_is_never_called_a_kit_problem(monkeypatch):
         measure(table_reader(1), ids, x, structure=None)
     assert not isinstance(failed.value, checking.KitError), failed.value
     assert checking._MACHINERY_RAN
+
+
+# --------------------------------------------- an output never stored, or NaN stored ---
+
+def summed_rows(store_axis, scratch_first=False):
+    """Sums x's 4 column blocks into o through a scratch, storing at the last step of
+    ``store_axis``'s length (1, the column axis: right; 0 names the row axis, whose
+    length 8 the column index never reaches); scratch_first: the scratch is added to
+    before anything was written to it (NaN, stored)."""
+    def kernel(x_ref, o_ref, acc_ref):
+        j = pl.program_id(1)
+
+        @pl.when(j == 0)
+        def start():
+            acc_ref[...] = jnp.zeros_like(acc_ref) if not scratch_first else acc_ref[...]
+
+        acc_ref[...] += x_ref[...]
+
+        @pl.when(j == pl.num_programs(store_axis) - 1)
+        def store():
+            o_ref[...] = acc_ref[...]
+
+    def call(x):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((64, 128), x.dtype), grid=(8, 4),
+            in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, j))],
+            out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, 0)),
+            scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)])(x)
+    return call
+
+
+@pytest.mark.parametrize("store_axis, scratch_first, kind, detail", [
+    (0, False, "never_stored", "no_store"),   # the store's condition never holds
+    (1, True, "nan", ""),                     # stored, but the NaN of a fresh scratch
+])
+def test_an_all_nan_output_says_whether_any_step_stored_it(store_axis, scratch_first, kind,
+                                                           detail):
+    x = np.ones((64, 512), np.float32)
+    ran = measure(summed_rows(store_axis, scratch_first), x, structure=None)
+    expected = x.reshape(64, 4, 128).sum(axis=1)
+    with pytest.raises(checking.Mismatch) as failed:
+        checking.check(ran, expected)
+    finding = failed.value.findings()[0]
+    assert (finding.kind, finding.detail) == (kind, detail)
+    block = next(b for b in ran.program.sites[0].call.blocks if not b.is_input)
+    assert ran.stored_blocks(block) == (set() if store_axis == 0 else
+                                        {(i, 0) for i in range(8)})
+
+
+def test_the_blocks_an_index_map_names_are_found_per_grid_step():
+    x = np.ones((64, 512), np.float32)
+    ran = measure(summed_rows(1), x, structure=None)
+    (steps, indices), = ran.block_indices(ran.blocks_from(x)[0])
+    assert steps.tolist()[:5] == [[0, 0], [0, 1], [0, 2], [0, 3], [1, 0]]
+    assert indices.tolist() == steps.tolist()        # x's index map is (i, j)
+    block = next(b for b in ran.program.sites[0].call.blocks if not b.is_input)
+    (_, indices), = ran.block_indices(block)
+    assert indices.tolist() == [[i, 0] for i in range(8) for _ in range(4)]
