@@ -480,7 +480,7 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
 # plain load or store. Which pair it is says what is missing.
 
 _GPU_ACCESS = re.compile(
-    r"(read|write) of HostAllocationKey\([^)]*\)\S* from Warpgroup\(([^)]*)\),"
+    r"(read|write) of HostAllocationKey\([^)]*\)[^\n]*? from Warpgroup\(([^)]*)\),"
     r"[ \t]*(?:(\S+\.py):(\d+):(\d+) \(([\w.<>]+)\))?")
 
 _GPU_OPS = {"copy_gmem_to_smem": "tma_in", "copy_smem_to_gmem": "tma_out", "wgmma": "mma",
@@ -505,6 +505,12 @@ _GPU_RACE_SAYS = {
         "engine is not ordered after plain loads. Call plgpu.commit_smem() once you are "
         "done reading a buffer, before a copy refills it (in a plgpu.emit_pipeline body: "
         "at the end of the body, because the pipeline refills the slot you just read)."),
+    "race_copy_overwrite": (
+        "this TMA copy (under 'copy') writes SMEM that an earlier copy (under 'earlier') "
+        "may still be filling, and nothing between them waited for the earlier one: the "
+        "two land in any order. Wait for a buffer's copy (plgpu.barrier_wait on its "
+        "barrier, or, when another warpgroup reads it, on a barrier that warpgroup "
+        "arrives on once it is done) before copying into the buffer again."),
     "race_copy_threads": (
         "a TMA copy into SMEM issued by one warpgroup (under 'copy') and a read of that "
         "SMEM in another (under 'read') are not ordered. Either the reader does not wait "
@@ -513,6 +519,12 @@ _GPU_RACE_SAYS = {
         "reader arrives on a 'consumed' barrier after its last read of the slot, "
         "plgpu.barrier_arrive, and the producer waits on it, plgpu.barrier_wait, before "
         "copying into the slot again)."),
+    "race_blocks": (
+        "two blocks of the grid (under 'first' and 'then') touch the same part of an "
+        "array, at least one of them writing: blocks run in parallel, in any order, and "
+        "nothing orders one block after another. Each block must write only its own "
+        "part: check the slice it computes from lax.axis_index (pl.ds(first, size) "
+        "starts at `first` and takes `size`)."),
     "race_threads": (
         "two warpgroups touch one SMEM buffer (under 'first' and 'then'), at least one of "
         "them writing, and nothing orders them: warpgroups run concurrently. The one that "
@@ -532,7 +544,13 @@ def _gpu_race(text: str, root: Path, chapter_files) -> Finding | None:
     now, then = _gpu_op(now_kind, now_at), _gpu_op(then_kind, then_at)
     same_thread = _warpgroup(now_wg) == _warpgroup(then_wg)
     copies_in = ("tma_in", "pipeline")
-    if not same_thread:   # threads run concurrently: which access came first says little
+    plain = now in ("load", "store") and then in ("load", "store")
+    if _block(now_wg) != _block(then_wg) or (same_thread and plain):
+        # one warpgroup's plain loads and stores are ordered by its program: an unordered
+        # pair on one thread's name comes from two blocks of the grid (interpret mode
+        # runs the blocks of a grid under one name)
+        kind, facts = "race_blocks", [("first", then_at), ("then", now_at)]
+    elif not same_thread:   # threads run concurrently: which access came first says little
         copy, other = ((now_at, then_kind) if now in copies_in else
                        (then_at, now_kind) if then in copies_in else (None, None))
         if copy is not None and other == "read":
@@ -544,6 +562,8 @@ def _gpu_race(text: str, root: Path, chapter_files) -> Finding | None:
         kind, facts = "race_barrier_wait", [("reads", now_at), ("copy", then_at)]
     elif now in copies_in and then_kind == "read":
         kind, facts = "race_refill", [("copy", now_at), ("read", then_at)]
+    elif now in copies_in and then in copies_in:
+        kind, facts = "race_copy_overwrite", [("copy", now_at), ("earlier", then_at)]
     elif now in ("tma_out", "mma") and then == "store":
         kind, facts = "race_commit", [("async", now_at), ("store", then_at)]
     else:
@@ -556,6 +576,11 @@ def _gpu_race(text: str, root: Path, chapter_files) -> Finding | None:
 def _warpgroup(text: str) -> str:
     found = re.search(r"warpgroup_id=(\d+)", text)
     return found[1] if found else text
+
+
+def _block(text: str) -> str:
+    found = re.findall(r"(?:cluster|block)_id=(\d+)", text)
+    return ",".join(found) if found else text
 
 
 def _gpu_op(kind: str, at) -> str:
@@ -869,7 +894,8 @@ def render(findings: list[Finding], words: dict[str, str] | None = None,
 
 
 _UNWRAPPED = {"blocks", "at", "race", "waits", "started", "in flight", "waited", "also on it",
-              "reads", "copy", "async", "store", "read", "first", "then"}   # file:line   code
+              "reads", "copy", "async", "store", "read", "first", "then",
+              "earlier"}   # file:line   code
 
 
 def _row(label: str, text: str) -> list[str]:

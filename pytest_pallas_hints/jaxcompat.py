@@ -498,8 +498,13 @@ def _gpu_kernel_call(eqn) -> KernelCall:
     kernel = kernel.jaxpr if hasattr(kernel, "jaxpr") else kernel
     source, line = _first_user_frame(kernel)
     grid = tuple(int(g) for g in (getattr(mesh, "grid", ()) or ()))
+    name = str(params.get("name") or "")
+    if name in ("", "anonymous"):   # a functools.partial: the function's name, if known
+        found = re.match(r"(\w+) at ", str(getattr(getattr(kernel, "debug_info", None),
+                                                  "func_src_info", "") or ""))
+        name = found[1] if found and found[1] not in ("anonymous", "wrapper") else "kernel"
     return KernelCall(
-        name=str(params.get("name") or "kernel"), source=source, line=line, grid=grid,
+        name=name, source=source, line=line, grid=grid,
         num_prefetch=0, blocks=(), num_inputs=len(eqn.invars), kernel=kernel, scratch=(),
         dynamic_grid=(), semantics=(), backend="mosaic_gpu",
         threads=int(getattr(mesh, "num_threads", None) or 1))

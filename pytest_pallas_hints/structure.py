@@ -122,8 +122,8 @@ def check(program, structure: Structure, sources: set[Path] | None = None) -> li
     skips that rule (the kit's own tests).
     """
     for rule in (_callbacks, _some_kernel, _own_kernels, _decoys, _orphans, _backend,
-                 _outside, _inside, _count, _whole_array, _blocks, _grid, _prefetch,
-                 _threads, _gpu_program_id, _parallel_reduction, _wgmma_operands,
+                 _gpu_program_id, _outside, _inside, _count, _whole_array, _blocks, _grid,
+                 _prefetch, _threads, _parallel_reduction, _wgmma_operands, _gpu_order,
                  _precision):
         findings = rule(program, structure, sources)
         if findings:
@@ -294,6 +294,33 @@ def _wgmma_operands(program, structure, sources):
                         "anyway; a Hopper would not compile it (or read garbage)."),
                         facts=facts + [(operand.upper(), shown)])]
     return []
+
+
+def _gpu_order(program, structure, sources):
+    """An asynchronous read (a wgmma, a TMA copy out) of SMEM not ordered after what it
+    reads, in a Mosaic GPU kernel's program order (ordering.py): GPU interpret mode does
+    not see the tensor core's reads."""
+    from . import ordering
+    from .diagnose import _GPU_RACE_SAYS
+
+    for site in program.sites:
+        for problem in ordering.problems(site.call):
+            labels = (("reads", "copy") if problem.kind == "race_barrier_wait"
+                      else ("async", "store"))
+            facts = [(label, _line(eqn, sources))
+                     for label, eqn in zip(labels, (problem.eqn, problem.other))]
+            return [Finding(problem.kind, _GPU_RACE_SAYS[problem.kind], facts=facts)]
+    return []
+
+
+def _line(eqn, sources) -> str:
+    from .program import _user_line
+
+    where = _user_line(eqn, sources)
+    if where is None:
+        return "(inside JAX: the line that called it is not known)"
+    return (f"{Path(where[0]).parent.name}/{Path(where[0]).name}:{where[1]}   "
+            f"{_source_line(where).strip()}")
 
 
 def _count(program, structure, sources):
