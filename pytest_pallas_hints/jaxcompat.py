@@ -794,8 +794,7 @@ def gpu_interpret_missing(feature: str = "kernels") -> str | None:
     except Exception as error:   # a jaxlib without Mosaic GPU
         return f"jax.experimental.pallas.mosaic_gpu does not import ({error})"
     if not hasattr(plgpu, "InterpretGPUParams"):
-        return ("it has no GPU interpret mode (plgpu.InterpretGPUParams, JAX 0.11 and "
-                "newer)")
+        return "plgpu.InterpretGPUParams is missing: GPU interpret mode came with JAX 0.11"
     for needed in ("kernels", feature):
         why = _gpu_probe(needed)
         if why:
