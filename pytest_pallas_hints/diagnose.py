@@ -773,6 +773,12 @@ _ERRORS = [
      "the kernel ends while a TMA copy out of SMEM (plgpu.copy_smem_to_gmem) may still be "
      "running: wait for the copies out with plgpu.wait_smem_to_gmem(0) after the last one, "
      "before the kernel ends (the SMEM it reads is freed then)."),
+    (r"KernelTimeout: no result after (\S+) s: a warpgroup waits on a barrier", "hang",
+     "the kernel never finished within {0} s: a warpgroup waits on a barrier that nothing "
+     "completes. Every plgpu.barrier_wait needs one completion per wait: a TMA copy that "
+     "signals the barrier, or plgpu.barrier_arrive by another warpgroup (as many "
+     "arrivals as the barrier's num_arrivals), and the two warpgroups must agree on how "
+     "many times each barrier completes."),
     (r"KernelTimeout: no result after (\S+) s", "hang",
      "no result after {0} s: a loop that never ends, or a wait on a DMA or semaphore "
      "that nothing starts or signals."),

@@ -965,6 +965,22 @@ def reset_gpu_interpreter() -> None:
         reset()
 
 
+def abort_gpu_kernel(why: str) -> bool:
+    """Fails the Mosaic GPU kernel that GPU interpret mode is running, if any: its
+    threads waiting on barriers wake up and the kernel raises ``why`` (a kernel waiting
+    on a barrier nothing completes would otherwise wait forever, out of reach of a
+    signal handler). Returns whether a kernel was running."""
+    try:
+        from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
+    except ImportError:
+        return False
+    memory = getattr(gpu_callbacks, "_shared_memory", None)
+    if memory is None or not hasattr(memory, "set_failed"):
+        return False
+    memory.set_failed(RuntimeError(why), None, top_level=False)
+    return True
+
+
 def wgmma_operands(jaxpr) -> list[dict]:
     """Per plgpu.wgmma in ``jaxpr`` (nested jaxprs included): {"a": ..., "b": ...}, each
     None for an operand in registers, else the SMEM ref's layout: {"swizzle": bytes or

@@ -242,7 +242,8 @@ class PallasRun:
 
         __tracebackhide__ = True
         on_gpu = runtime.on_gpu() if _hardware_mark(item) == "gpu" else contextlib.nullcontext()
-        mosaic_gpu = (runtime.mosaic_gpu(compiled=_hardware_mark(item) == "gpu")
+        mosaic_gpu = (runtime.mosaic_gpu(compiled=_hardware_mark(item) == "gpu",
+                                         seconds=self.timeout)
                       if item.get_closest_marker("mosaic_gpu") else contextlib.nullcontext())
         with runtime.watch(self.timeout), on_gpu, mosaic_gpu:
             return (yield)

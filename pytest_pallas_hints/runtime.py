@@ -118,13 +118,30 @@ def on_gpu():
         yield
 
 
+GPU_HANG = ("KernelTimeout: no result after {seconds:g} s: a warpgroup waits on a barrier "
+            "(plgpu.barrier_wait) that nothing completes")
+
+
 @contextlib.contextmanager
-def mosaic_gpu(compiled: bool):
+def mosaic_gpu(compiled: bool, seconds: float = 0):
     """Inside: Mosaic GPU kernels (plgpu.kernel) run compiled on the GPU (``compiled``,
     for gpu-marked tests on a Hopper), else in GPU interpret mode with races raised and
-    fresh buffers NaN; TPU interpret mode, set for the process, does not reach them."""
-    with jaxcompat.mosaic_gpu_kernels(interpret=not compiled):
-        yield
+    fresh buffers NaN; TPU interpret mode, set for the process, does not reach them.
+    A kernel still running after ``seconds`` (a barrier wait nothing completes: the
+    interpreter would wait forever, out of reach of SIGALRM) is failed, a little before
+    ``watch``'s own time bound, so that the failure says it was a barrier."""
+    timer = None
+    if not compiled and seconds and seconds > 0:
+        timer = threading.Timer(max(seconds - 1.0, seconds * 0.9), jaxcompat.abort_gpu_kernel,
+                                args=(GPU_HANG.format(seconds=seconds),))
+        timer.daemon = True
+        timer.start()
+    try:
+        with jaxcompat.mosaic_gpu_kernels(interpret=not compiled):
+            yield
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 @contextlib.contextmanager
