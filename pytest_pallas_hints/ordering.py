@@ -151,6 +151,5 @@ def _loop_body(eqn):
     if eqn.primitive.name == "scan":
         body, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
         return body, ins
-    nc, nb = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
     body, _ = jaxcompat.open_jaxpr(eqn.params["body_jaxpr"])
-    return body, ins[nc:]
+    return body, ins[eqn.params["cond_nconsts"]:]
