@@ -390,8 +390,11 @@ def attention_kernel(q_ref, k_ref, v_ref, o_ref, q_tile, p_tile, o_tile, landed,
         acc = alpha * acc + p_tile @ v_tile          wgmma into its own accumulator
         commit_smem()                                before k, v's slots are refilled
 
-    Reductions along a row: s.max(axis=1), p.sum(axis=1); broadcast back with
-    [:, None]. With causal, query t sees keys 0..t: mask s to -inf elsewhere
+    Reductions along a row: s.max(axis=1), p.sum(axis=1); back to the tile's shape with
+    lax.broadcast_in_dim(row_values, shape, [0]). The carry's registers need a layout
+    a Hopper can loop over: plgpu.layout_cast(value, plgpu.Layout.WGMMA) for acc and
+    plgpu.Layout.WGMMA.reduce(1) (one value per row) for m and l, as JAX's
+    attention_mgpu does. With causal, query t sees keys 0..t: mask s to -inf elsewhere
     (positions from plgpu.broadcasted_iota(jnp.int32, shape, dim,
     layout=plgpu.Layout.WGMMA)), and visit only the KV blocks holding a key at or
     before the block's last query: emit_pipeline's grid may be a traced number of

@@ -294,7 +294,7 @@ def attention_kernel(q_ref, k_ref, v_ref, o_ref, q_tile, p_tile, o_tile, landed,
             s = jnp.where(k_pos <= q_pos, s, -jnp.inf)
         m_new = jnp.maximum(m, s.max(axis=1))
         alpha = jnp.exp(m - m_new)
-        p = jnp.exp(s - m_new[:, None])
+        p = jnp.exp(s - lax.broadcast_in_dim(m_new, s.shape, [0]))
         l = l * alpha + p.sum(axis=1)
         p_tile[...] = p.astype(p_tile.dtype)
         plgpu.commit_smem()                        # the tensor core reads p_tile next
@@ -305,15 +305,16 @@ def attention_kernel(q_ref, k_ref, v_ref, o_ref, q_tile, p_tile, o_tile, landed,
 
         pv = pl.run_scoped(values, plgpu.ACC((block_q, H), jnp.float32))
         plgpu.commit_smem()
-        return acc * alpha[:, None] + pv, m_new, l
+        return acc * lax.broadcast_in_dim(alpha, acc.shape, [0]) + pv, m_new, l
 
     if causal:   # the kv blocks with a key at or before the block's last query
         steps = jnp.minimum(S // block_kv, pl.cdiv((qi + 1) * block_q, block_kv))
     else:
         steps = S // block_kv
-    init = (jnp.zeros((block_q, H), jnp.float32),
-            jnp.full((block_q,), -jnp.inf, jnp.float32),
-            jnp.zeros((block_q,), jnp.float32))
+    rows_layout = plgpu.Layout.WGMMA.reduce(1)   # one value per row of a wgmma result
+    init = (plgpu.layout_cast(jnp.zeros((block_q, H), jnp.float32), plgpu.Layout.WGMMA),
+            plgpu.layout_cast(jnp.full((block_q,), -jnp.inf, jnp.float32), rows_layout),
+            plgpu.layout_cast(jnp.zeros((block_q,), jnp.float32), rows_layout))
     acc, m, l = plgpu.emit_pipeline(
         kv_step,
         grid=(steps,),
@@ -322,7 +323,7 @@ def attention_kernel(q_ref, k_ref, v_ref, o_ref, q_tile, p_tile, o_tile, landed,
         max_concurrent_steps=2,
         init_carry=init,
     )(k_ref.at[b, kv_head], v_ref.at[b, kv_head])
-    o_tile[...] = (acc / l[:, None]).astype(o_tile.dtype)
+    o_tile[...] = (acc / lax.broadcast_in_dim(l, acc.shape, [0])).astype(o_tile.dtype)
     plgpu.commit_smem()
     plgpu.copy_smem_to_gmem(o_tile, o_ref.at[b, n, rows])
     plgpu.wait_smem_to_gmem(0)
