@@ -250,10 +250,10 @@ def attention_f64(q, k, v, causal):
 @puzzle("hopper.attention")
 @needs("pipeline", "wgmma")
 @pytest.mark.parametrize("B, N, K, T, S, H, causal, dtype", [
-    pytest.param(1, 2, 1, 128, 128, 64, False, "float16",
-                 id="B=1 N=2 K=1 T=S=128 H=64 f16 (grouped heads)"),
-    pytest.param(1, 1, 1, 64, 128, 64, True, "bfloat16",
-                 id="B=1 N=K=1 T=64 S=128 H=64 causal bf16 (one q block)"),
+    pytest.param(1, 4, 2, 64, 128, 64, False, "float16",
+                 id="B=1 N=4 K=2 T=64 S=128 H=64 f16 (grouped heads)"),
+    pytest.param(2, 1, 1, 128, 128, 64, True, "bfloat16",
+                 id="B=2 N=K=1 T=S=128 H=64 causal bf16"),
     pytest.param(2, 16, 4, 2048, 2048, 128, True, "bfloat16", id="B=2 N=16 K=4 T=S=2048-gpu",
                  marks=on_gpu),
 ])
