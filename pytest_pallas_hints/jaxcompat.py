@@ -771,10 +771,14 @@ def mosaic_gpu_kernels(interpret: bool):
 
     token = _GPU_KERNELS.set(True)
     try:
-        if interpret:
+        try:
             from jax.experimental.pallas import mosaic_gpu as plgpu
-
+        except Exception:   # a jaxlib without Mosaic GPU
+            plgpu = None
+        if interpret and hasattr(plgpu, "force_gpu_interpret_mode"):
             mode = plgpu.force_gpu_interpret_mode(gpu_interpret_params())
+        elif interpret:   # nothing to interpret with (a broken chapter file runs first)
+            mode = contextlib.nullcontext()
         else:   # both modes live in one config entry: clearing it means compiled
             mode = pltpu.force_tpu_interpret_mode(None)
         with mode:
@@ -837,12 +841,12 @@ def _probe_kernels():
 
     def body(x_ref, o_ref, tile):
         rows = pl.ds(lax.axis_index("blocks") * 8, 8)
-        tile[...] = x_ref[rows] + 1
-        o_ref[rows] = tile[...]
+        tile[...] = 2 * x_ref[rows]
+        o_ref[rows] = tile[...] - 3
 
     run = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
                        grid_names=("blocks",), scratch_types=[plgpu.SMEM((8, 128), jnp.float32)])
-    return jax.jit(run)(x), x + 1
+    return jax.jit(run)(x), 2 * x - 3
 
 
 def _probe_tma():
@@ -877,10 +881,10 @@ def _probe_pipeline():
     x = np.arange(4 * 64 * 128, dtype=np.float32).reshape(256, 128) / 1000
 
     def body(x_ref, o_ref):
-        def step(indices, tile, total):
-            total = total + tile[...]
+        def step(indices, tile, running):
+            running_now = running + tile[...]
             plgpu.commit_smem()
-            return total
+            return running_now
 
         o_ref[...] = plgpu.emit_pipeline(
             step, grid=(4,), in_specs=[plgpu.BlockSpec((64, 128), lambda i: (i, 0))],

@@ -380,6 +380,9 @@ def _mosaic_gpu_setup(item, compiled: bool, platforms) -> None:
             pytest.skip(f"needs a Hopper GPU (compute capability 9.0: wgmma, TMA): found "
                         f"{runtime.gpu_names()}")
         return
+    module = getattr(item, "module", None)
+    if any(isinstance(value, chapters.BrokenChapter) for value in vars(module or object()).values()):
+        return   # the chapter file itself is what fails, with its line, on any JAX
     features = [f for mark in item.iter_markers("mosaic_gpu") for f in mark.args] or ["kernels"]
     for feature in dict.fromkeys(features):
         why = jaxcompat.gpu_interpret_missing(feature)

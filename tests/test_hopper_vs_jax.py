@@ -10,7 +10,8 @@ they run in interpret mode on this JAX:
 * attention: grouped heads, T != S, causal and not, H = 64 and 128, within the
   dtype's rounding of float64 softmax attention; JAX's attention_mgpu where it runs
   (on JAX 0.12 it does not lower in interpret mode: that case says so and is skipped);
-* arguments are checked up front, with the argument named.
+* arguments are checked up front, with the argument named;
+* on a Hopper (tests marked gpu), both compiled, against JAX's two kernels.
 
 On a JAX whose GPU interpret mode cannot run these kernels, every test here ends as
 "cannot be verified on JAX X" (skipped).
@@ -40,9 +41,16 @@ hopper = load_reference()
 
 
 @pytest.fixture(autouse=True)
-def gpu_interpret_mode():
+def gpu_interpret_mode(request):
     """GPU interpret mode for every kernel here, as the plugin sets it for learners; a
-    JAX that cannot run it skips the test as "cannot be verified"."""
+    JAX that cannot run it skips the test as "cannot be verified". Tests marked gpu run
+    compiled, on the GPU (a Hopper)."""
+    if request.node.get_closest_marker("gpu"):
+        if "hopper" not in runtime.platforms():
+            pytest.skip(f"needs a Hopper GPU: found {runtime.gpu_names()}")
+        with runtime.on_gpu(), runtime.mosaic_gpu(compiled=True):
+            yield
+        return
     for feature in ("tma", "pipeline", "wgmma"):
         why = jaxcompat.gpu_interpret_missing(feature)
         if why:
@@ -168,6 +176,41 @@ def test_attention_against_jax_attention_mgpu(monkeypatch):
     yours = run(hopper.attention, q, k, v)
     assert relative_error(theirs, attention64(q, k, v, False)) <= ROUNDING["float16"]
     assert relative_error(yours, theirs) <= 2 * ROUNDING["float16"]
+
+
+# --- compiled, on a Hopper ----------------------------------------------------------
+
+@pytest.mark.gpu
+def test_compiled_matmul_against_jax_hopper_matmul_on_a_hopper():
+    import jax
+    from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as jax_matmul
+
+    a, b = draw(11, (2048, 1024), "bfloat16"), draw(12, (1024, 2048), "bfloat16")
+    config = jax_matmul.TuningConfig(tile_m=128, tile_n=128, tile_k=64,
+                                     max_concurrent_steps=4)
+    theirs = np.asarray(jax.block_until_ready(jax_matmul.matmul(a, b, None, config)))
+    yours = run(hopper.matmul, a, b, max_concurrent_steps=4)
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    assert relative_error(yours, expected) <= ROUNDING["bfloat16"]
+    assert relative_error(yours, theirs) <= 2 * ROUNDING["bfloat16"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_compiled_attention_against_jax_attention_mgpu_on_a_hopper(causal):
+    import jax
+    from jax.experimental.pallas.ops.gpu import attention_mgpu as jax_attention
+
+    B, N, K, T, H = 2, 8, 2, 1024, 128
+    q = draw(13, (B, N, T, H), "bfloat16")
+    k, v = draw(14, (B, K, T, H), "bfloat16"), draw(15, (B, K, T, H), "bfloat16")
+    config = jax_attention.TuningConfig(block_q=64, block_kv=64, max_concurrent_steps=2,
+                                        causal=causal)
+    theirs = jax_attention.attention(*(x.transpose(0, 2, 1, 3) for x in (q, k, v)), config)
+    theirs = np.asarray(jax.block_until_ready(theirs)).transpose(0, 2, 1, 3)
+    yours = run(hopper.attention, q, k, v, causal=causal)
+    assert relative_error(yours, attention64(q, k, v, causal)) <= ROUNDING["bfloat16"]
+    assert relative_error(yours, theirs) <= 2 * ROUNDING["bfloat16"]
 
 
 # --- arguments ----------------------------------------------------------------------
