@@ -130,3 +130,6 @@ def _last_line_in(path: Path, error: BaseException) -> int | None:
         if Path(frame.filename) == path:
             return frame.lineno
     return None
+
+
+BrokenChapter = _BrokenChapter   # what a test file holds when its chapter file is broken

@@ -318,8 +318,9 @@ def _check_before_run(traced, args) -> tuple[set[int], list]:
     once the program ran), and the walks made."""
     import jax
 
-    def small(call):
-        return None not in call.grid and int(np.prod(call.grid or (1,))) <= WALK_BEFORE
+    def small(call):   # a Mosaic GPU kernel is judged by GPU interpret mode itself
+        return call.backend == "mosaic_tpu" and None not in call.grid \
+            and int(np.prod(call.grid or (1,))) <= WALK_BEFORE
 
     sites = [site for site in traced.sites if not site.repeated and small(site.call)]
     if not sites or "work accounting" in jaxcompat.missing():
@@ -387,6 +388,13 @@ def _outside_finding(eqn, past: str, sources) -> diagnose.Finding:
         "belongs inside the pl.when that needs it, where the index is "
         "valid."), facts=[("writes" if writes else "reads", _line_of(eqn, sources)),
                              ("index", past)])
+
+
+def line_of(eqn) -> str:
+    """"exercises/x.py:12   code" for an equation of a learner's kernel (a test's facts)."""
+    from . import chapters
+
+    return _line_of(eqn, chapters.sources())
 
 
 def _line_of(eqn, sources) -> str:

@@ -486,6 +486,9 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
             where, _ = _learner_line([(found[2], int(found[3]), "")], root, chapter_files)
             finding.where, code = where, f"def {found[1]}(...)"
     if finding.kind == "race":
+        gpu = _gpu_race(text, root, chapter_files)
+        if gpu is not None:
+            return gpu
         # The function is a qualified name: "kernel.<locals>.body" for a fori_loop body.
         sites = re.findall(r"(\S+\.py):(\d+)(?::\d+)? \(([\w.<>]+)\)", text)
         finding.facts.append(("race", "\n".join(
@@ -497,6 +500,156 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
     elif where and code:
         finding.facts.append(("at", f"{where}   {code.strip()}"))
     return finding
+
+
+# ------------------------------------------------- Mosaic GPU race reports ---
+# GPU interpret mode reports a race as two accesses to one buffer: the current one,
+# then the earlier one it is not ordered after, each with its warpgroup and (where the
+# access is the learner's) file:line:column. The column names the call or subscript,
+# so the kit reads which operation it was: a TMA copy in or out of SMEM, a wgmma, a
+# plain load or store. Which pair it is says what is missing.
+
+_GPU_ACCESS = re.compile(
+    r"(read|write) of HostAllocationKey\([^)]*\)[^\n]*? from Warpgroup\(([^)]*)\),"
+    r"[ \t]*(?:(\S+\.py):(\d+):(\d+) \(([\w.<>]+)\))?")
+
+_GPU_OPS = {"copy_gmem_to_smem": "tma_in", "copy_smem_to_gmem": "tma_out", "wgmma": "mma",
+            "load": "load", "store": "store"}
+
+_GPU_RACE_SAYS = {
+    "race_barrier_wait": (
+        "this line reads SMEM that a TMA copy (the line under 'copy') may still be "
+        "filling: plgpu.copy_gmem_to_smem only starts the copy and returns at once. Its "
+        "data is there once plgpu.barrier_wait on the copy's barrier has returned, in the "
+        "warpgroup that reads it: wait on that barrier before the first read (a wgmma "
+        "reads too)."),
+    "race_commit": (
+        "an asynchronous unit (the TMA copy or wgmma under 'async') reads SMEM that your "
+        "store (under 'store') wrote, with no plgpu.commit_smem() between them: the TMA "
+        "engine and the tensor core do not see plain stores to SMEM until commit_smem "
+        "makes them visible. Call plgpu.commit_smem() after the stores, before the copy "
+        "or the wgmma."),
+    "race_refill": (
+        "a TMA copy (under 'copy') writes into SMEM that your code read earlier (under "
+        "'read') with no plgpu.commit_smem() between the read and the copy: the TMA "
+        "engine is not ordered after plain loads. Call plgpu.commit_smem() once you are "
+        "done reading a buffer, before a copy refills it (in a plgpu.emit_pipeline body: "
+        "at the end of the body, because the pipeline refills the slot you just read)."),
+    "race_copy_overwrite": (
+        "this TMA copy (under 'copy') writes SMEM that an earlier copy (under 'earlier') "
+        "may still be filling, and nothing between them waited for the earlier one: the "
+        "two land in any order. Wait for a buffer's copy (plgpu.barrier_wait on its "
+        "barrier, or, when another warpgroup reads it, on a barrier that warpgroup "
+        "arrives on once it is done) before copying into the buffer again."),
+    "race_copy_threads": (
+        "a TMA copy into SMEM issued by one warpgroup (under 'copy') and a read of that "
+        "SMEM in another (under 'read') are not ordered. Either the reader does not wait "
+        "for the copy (plgpu.barrier_wait on the barrier the copy signals, before the "
+        "read), or the producer refills a slot the reader has not released yet (the "
+        "reader arrives on a 'consumed' barrier after its last read of the slot, "
+        "plgpu.barrier_arrive, and the producer waits on it, plgpu.barrier_wait, before "
+        "copying into the slot again)."),
+    "race_blocks": (
+        "two blocks of the grid (under 'first' and 'then') touch the same part of an "
+        "array, at least one of them writing: blocks run in parallel, in any order, and "
+        "nothing orders one block after another. Each block must write only its own "
+        "part: check the slice it computes from lax.axis_index (pl.ds(first, size) "
+        "starts at `first` and takes `size`)."),
+    "race_threads": (
+        "two warpgroups touch one SMEM buffer (under 'first' and 'then'), at least one of "
+        "them writing, and nothing orders them: warpgroups run concurrently. The one that "
+        "must go second waits on a barrier (plgpu.barrier_wait) that the first arrives on "
+        "(plgpu.barrier_arrive) once its accesses are done."),
+}
+
+
+def _gpu_race(text: str, root: Path, chapter_files) -> Finding | None:
+    """A GPU interpret-mode race report as a finding that says what is missing (a
+    barrier wait, a commit_smem, a barrier between warpgroups), with the learner's lines;
+    None when the report is not one (a TPU report) or not a pair the kit knows."""
+    accesses = _GPU_ACCESS.findall(text)
+    if len(accesses) < 2:
+        return None
+    (now_kind, now_wg, *now_at), (then_kind, then_wg, *then_at) = accesses[:2]
+    now, then = _gpu_op(now_kind, now_at), _gpu_op(then_kind, then_at)
+    same_thread = _warpgroup(now_wg) == _warpgroup(then_wg)
+    copies_in = ("tma_in", "pipeline")
+    plain = now in ("load", "store") and then in ("load", "store")
+    if _block(now_wg) != _block(then_wg) or (same_thread and plain):
+        # one warpgroup's plain loads and stores are ordered by its program: an unordered
+        # pair on one thread's name comes from two blocks of the grid (interpret mode
+        # runs the blocks of a grid under one name)
+        kind, facts = "race_blocks", [("first", then_at), ("then", now_at)]
+    elif not same_thread:   # threads run concurrently: which access came first says little
+        copy, other = ((now_at, then_kind) if now in copies_in else
+                       (then_at, now_kind) if then in copies_in else (None, None))
+        if copy is not None and other == "read":
+            read = then_at if copy is now_at else now_at
+            kind, facts = "race_copy_threads", [("copy", copy), ("read", read)]
+        else:
+            kind, facts = "race_threads", [("first", then_at), ("then", now_at)]
+    elif then in copies_in and now_kind == "read":
+        kind, facts = "race_barrier_wait", [("reads", now_at), ("copy", then_at)]
+    elif now in copies_in and then_kind == "read":
+        kind, facts = "race_refill", [("copy", now_at), ("read", then_at)]
+    elif now in copies_in and then in copies_in:
+        kind, facts = "race_copy_overwrite", [("copy", now_at), ("earlier", then_at)]
+    elif now in ("tma_out", "mma") and then == "store":
+        kind, facts = "race_commit", [("async", now_at), ("store", then_at)]
+    else:
+        return None
+    shown = [(label, _gpu_line(at, root, chapter_files)) for label, at in facts]
+    where = next((line.split("   ")[0] for _, line in shown if ".py:" in line), "")
+    return Finding(kind, _GPU_RACE_SAYS[kind], facts=shown, where=where)
+
+
+def _warpgroup(text: str) -> str:
+    found = re.search(r"warpgroup_id=(\d+)", text)
+    return found[1] if found else text
+
+
+def _block(text: str) -> str:
+    found = re.findall(r"(?:cluster|block)_id=(\d+)", text)
+    return ",".join(found) if found else text
+
+
+def _gpu_op(kind: str, at) -> str:
+    """What an access of a race report was: "tma_in", "tma_out", "mma", "load", "store",
+    "pipeline" (a copy with no line of the learner's: made by emit_pipeline), "?"."""
+    path, line, column, _ = at
+    if not path:
+        return "pipeline" if kind == "write" else "?"
+    return _GPU_OPS.get(_operation_at(path, int(line), int(column)), "?")
+
+
+def _operation_at(path: str, line: int, column: int) -> str:
+    """The operation written at (line, column) of a file: a call's name
+    ("copy_gmem_to_smem"), "load" or "store" for a subscript of a ref."""
+    import ast
+
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return ""
+    found = ""
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) != line or getattr(node, "col_offset", None) != column:
+            continue
+        if isinstance(node, ast.Call):
+            func = node.func
+            return getattr(func, "attr", None) or getattr(func, "id", "") or ""
+        if isinstance(node, ast.Subscript):
+            found = "store" if isinstance(node.ctx, ast.Store) else "load"
+    return found
+
+
+def _gpu_line(at, root: Path, chapter_files) -> str:
+    path, line, _, _ = at
+    if not path:
+        return "a copy that plgpu.emit_pipeline makes for one of its BlockSpecs"
+    where, code = _learner_line([(path, int(line), "")], root, chapter_files)
+    where = where or f"{Path(path).name}:{line}"
+    return f"{where}   {(code or _source_line((path, int(line)))).strip()}"
 
 
 def kit_error(error: BaseException, frames: list[tuple[str, int, str]]) -> Finding:
@@ -689,6 +842,17 @@ _ERRORS = [
     (r"^(?=.*KernelTimeout)(?=.*(?:dma_wait|semaphore_wait))", "hang",
      "the kernel never finished: it waits on a DMA or semaphore that nothing starts or "
      "signals. Every .wait() needs a matching .start() on the same semaphore."),
+    (r"Not all copy_smem_to_gmem .*?operations completed before kernel finished",
+     "smem_to_gmem_not_waited",
+     "the kernel ends while a TMA copy out of SMEM (plgpu.copy_smem_to_gmem) may still be "
+     "running: wait for the copies out with plgpu.wait_smem_to_gmem(0) after the last one, "
+     "before the kernel ends (the SMEM it reads is freed then)."),
+    (r"KernelTimeout: no result after (\S+) s: a warpgroup waits on a barrier", "hang",
+     "the kernel never finished within {0} s: a warpgroup waits on a barrier that nothing "
+     "completes. Every plgpu.barrier_wait needs one completion per wait: a TMA copy that "
+     "signals the barrier, or plgpu.barrier_arrive by another warpgroup (as many "
+     "arrivals as the barrier's num_arrivals), and the two warpgroups must agree on how "
+     "many times each barrier completes."),
     (r"KernelTimeout: no result after (\S+) s", "hang",
      "no result after {0} s: a loop that never ends, or a wait on a DMA or semaphore "
      "that nothing starts or signals."),
@@ -830,7 +994,9 @@ def render(findings: list[Finding], words: dict[str, str] | None = None,
     return lines
 
 
-_UNWRAPPED = {"blocks", "at", "race", "waits", "started", "in flight", "waited", "also on it"}   # file:line   code
+_UNWRAPPED = {"blocks", "at", "race", "waits", "started", "in flight", "waited", "also on it",
+              "reads", "copy", "async", "store", "read", "first", "then",
+              "earlier"}   # file:line   code
 
 
 def _row(label: str, text: str) -> list[str]:

@@ -22,6 +22,7 @@ Nothing here imports JAX at module import time.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import importlib.metadata
@@ -156,7 +157,7 @@ def is_jaxpr(x) -> bool:
 
 _CALLS = {"jit", "pjit", "closed_call", "core_call", "eval_jaxpr", "custom_jvp_call",
           "custom_vjp_call", "custom_vjp_call_jaxpr", "remat2", "checkpoint", "custom_lin",
-          "named_call"}
+          "named_call", "custom_vmap_call"}   # custom_vmap_call: around plgpu.kernel
 
 
 def inlined(eqn):
@@ -164,9 +165,12 @@ def inlined(eqn):
     (jit, custom_vjp, remat...); None for anything else."""
     if eqn.primitive.name not in _CALLS:
         return None
-    for key in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
+    for key in ("jaxpr", "call_jaxpr", "fun_jaxpr", "call"):
         if is_jaxpr(eqn.params.get(key)):
-            return open_jaxpr(eqn.params[key])
+            jaxpr, consts = open_jaxpr(eqn.params[key])
+            if len(jaxpr.constvars) != len(consts):   # an open body with free constants
+                return None
+            return jaxpr, consts
     return None
 
 
@@ -205,7 +209,8 @@ def frames(eqn) -> list[tuple[str, int]]:
 
 
 def from_emit_pipeline(eqn) -> bool:
-    """Whether ``eqn`` (a DMA) was made by ``pltpu.emit_pipeline``, not by the learner's
+    """Whether ``eqn`` (a DMA, or a TMA copy of Mosaic GPU) was made by
+    ``pltpu.emit_pipeline`` (``plgpu.emit_pipeline``), not by the learner's
     own ``.start()``: the first frame past JAX's tracing machinery is the pipeline's code
     (pipeline.py, or its synchronous copies in helpers.py for a one-step pipeline; the
     recorded traceback may stop before the learner's call)."""
@@ -213,7 +218,8 @@ def from_emit_pipeline(eqn) -> bool:
         return True
     for path, _ in frames(eqn):
         path = path.replace("\\", "/")
-        if path.endswith(("pallas/mosaic/pipeline.py", "pallas/mosaic/helpers.py")):
+        if path.endswith(("pallas/mosaic/pipeline.py", "pallas/mosaic/helpers.py",
+                          "pallas/mosaic_gpu/pipeline.py")):
             return True
         if "/jax/_src/" in path and "/jax/_src/pallas/mosaic/" not in path \
                 or path.endswith("pallas/mosaic/primitives.py"):
@@ -431,6 +437,13 @@ class KernelCall:
     scratch: tuple              # avals of the scratch operands
     dynamic_grid: tuple         # positions of the dynamic grid bounds among the operands
     semantics: tuple = ()       # "parallel" / "arbitrary" per grid axis, where given
+    backend: str = "mosaic_tpu"  # or "mosaic_gpu": a plgpu.kernel (Mosaic GPU, Hopper)
+    threads: int = 1            # Pallas threads (warpgroups) per block (Mosaic GPU)
+
+
+# A Mosaic GPU kernel (plgpu.kernel) is an mpmd_map equation: one program per mesh,
+# its refs in GMEM, its grid the mesh's CUDA grid; no BlockSpecs.
+_KERNELS = ("pallas_call", "mpmd_map")
 
 
 # Shape moves that keep a 0/1 mask a 0/1 mask.
@@ -482,12 +495,14 @@ def _tpu_multiplies_in(value):
 
 
 def is_kernel(eqn) -> bool:
-    return eqn.primitive.name == "pallas_call"
+    return eqn.primitive.name in _KERNELS
 
 
 def kernel_call(eqn) -> KernelCall:
     from jax.experimental import pallas as pl
 
+    if eqn.primitive.name == "mpmd_map":
+        return _gpu_kernel_call(eqn)
     params = eqn.params
     mapping = params["grid_mapping"]
     kernel = params["jaxpr"]
@@ -522,6 +537,39 @@ def kernel_call(eqn) -> KernelCall:
         scratch=tuple(getattr(mapping, "scratch_avals", ()) or ()),
         dynamic_grid=tuple(i for i, g in enumerate(grid) if g is None),
         semantics=_semantics(params.get("compiler_params")))
+
+
+def _gpu_kernel_call(eqn) -> KernelCall:
+    """What the kit reads from a plgpu.kernel (an mpmd_map equation)."""
+    params = eqn.params
+    mesh, kernel = params["meshes"][0], params["jaxprs"][0]
+    kernel = kernel.jaxpr if hasattr(kernel, "jaxpr") else kernel
+    source, line = _first_user_frame(kernel)
+    grid = tuple(int(g) for g in (getattr(mesh, "grid", ()) or ()))
+    name = str(params.get("name") or "")
+    if name in ("", "anonymous"):   # a functools.partial: the function's name, if known
+        found = re.match(r"(\w+) at ", str(getattr(getattr(kernel, "debug_info", None),
+                                                  "func_src_info", "") or ""))
+        name = found[1] if found and found[1] not in ("anonymous", "wrapper") else "kernel"
+    return KernelCall(
+        name=name, source=source, line=line, grid=grid,
+        num_prefetch=0, blocks=(), num_inputs=len(eqn.invars), kernel=kernel, scratch=(),
+        dynamic_grid=(), semantics=(), backend="mosaic_gpu",
+        threads=int(getattr(mesh, "num_threads", None) or 1))
+
+
+def _first_user_frame(jaxpr) -> tuple[str, int]:
+    """(file, line) of the first equation of ``jaxpr`` (depth first) made outside JAX:
+    a line of the kernel's own body (plgpu.kernel's jaxpr names JAX's wrapper)."""
+    for eqn in jaxpr.eqns:
+        for path, line in frames(eqn):
+            if "/jax/" not in path.replace("\\", "/") and "pytest_pallas_hints" not in path:
+                return path, line
+        for inner, _ in sub_jaxprs(eqn):
+            found = _first_user_frame(inner)
+            if found[0]:
+                return found
+    return "", 0
 
 
 def _semantics(compiler_params) -> tuple:
@@ -602,7 +650,7 @@ def traced_for_tpu():
     traced as for a TPU v5e (the kernels are TPU kernels, run in interpret mode)."""
     import jax
 
-    if jax.devices()[0].platform == "tpu":
+    if jax.devices()[0].platform == "tpu" or _GPU_KERNELS.get():
         return contextlib.nullcontext()
     return tpu_chip()
 
@@ -623,6 +671,7 @@ def reset_interpreter() -> None:
     from jax.experimental.pallas import tpu as pltpu
 
     pltpu.reset_tpu_interpret_mode_state()
+    reset_gpu_interpreter()
 
 
 def drop_failed_tokens() -> None:
@@ -726,6 +775,345 @@ def fix_kernel_trace_cache() -> None:
 
     fresh_trace.pallas_hints = True
     module._trace_kernel_to_jaxpr = fresh_trace
+
+
+# ------------------------------------------------------ Mosaic GPU (Hopper) ---
+# Mosaic GPU kernels (plgpu.kernel) run on a CPU in JAX's GPU interpret mode (JAX >=
+# 0.11: shared memory, barriers, TMA copies and races simulated) and compiled on a
+# Hopper GPU. Both modes share the config entry that TPU interpret mode sets for the
+# whole process, so a Mosaic GPU test sets its own mode locally, for its duration.
+# Each feature a puzzle uses is probed once, by a small known-good kernel, the first
+# time a test needs it: where the probe fails, the tests that need it end as "cannot
+# be verified on JAX X" and the rest of the kit runs.
+
+_GPU_KERNELS = contextvars.ContextVar("pallas_hints_gpu_kernels", default=False)
+GPU_INTERPRET = "Mosaic GPU interpret mode"
+GPU_FEATURES = {
+    "kernels": "plgpu.kernel with a grid and SMEM scratch",
+    "tma": "TMA copies with barriers",
+    "pipeline": "plgpu.emit_pipeline",
+    "wgmma": "plgpu.wgmma with swizzled SMEM operands",
+    "warpgroups": "several warpgroups with barriers",
+}
+
+
+def gpu_interpret_params():
+    """GPU interpret mode that makes silent GPU bugs loud: races raised, fresh buffers
+    NaN, out-of-bounds reads an error."""
+    import inspect
+
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    wanted = {"detect_races": True, "on_race": "raise", "uninitialized_memory": "nan",
+              "out_of_bounds_reads": "raise"}
+    fields = inspect.signature(plgpu.InterpretGPUParams).parameters
+    return plgpu.InterpretGPUParams(**{k: v for k, v in wanted.items() if k in fields})
+
+
+@contextlib.contextmanager
+def mosaic_gpu_kernels(interpret: bool):
+    """Inside: plgpu.kernel runs in GPU interpret mode (``interpret``) or compiled for
+    the GPU, whatever TPU interpret mode the process has set; learner code is traced
+    as is, not as for a TPU."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    token = _GPU_KERNELS.set(True)
+    try:
+        try:
+            from jax.experimental.pallas import mosaic_gpu as plgpu
+        except Exception:   # a jaxlib without Mosaic GPU
+            plgpu = None
+        if interpret and hasattr(plgpu, "force_gpu_interpret_mode"):
+            mode = plgpu.force_gpu_interpret_mode(gpu_interpret_params())
+        elif interpret:   # nothing to interpret with (a broken chapter file runs first)
+            mode = contextlib.nullcontext()
+        else:   # both modes live in one config entry: clearing it means compiled
+            mode = pltpu.force_tpu_interpret_mode(None)
+        with mode:
+            yield
+    finally:
+        _GPU_KERNELS.reset(token)
+
+
+def gpu_interpret_missing(feature: str = "kernels") -> str | None:
+    """Why this JAX cannot run ``feature`` (a key of GPU_FEATURES) of Mosaic GPU in
+    interpret mode on a CPU, or None."""
+    switched_off = [n.strip() for n in os.environ.get(MISSING_ENV, "").split(",")]
+    if GPU_INTERPRET in switched_off:
+        return "switched off by the kit's own tests"
+    try:
+        from jax.experimental.pallas import mosaic_gpu as plgpu
+    except Exception as error:   # a jaxlib without Mosaic GPU
+        return f"jax.experimental.pallas.mosaic_gpu does not import ({error})"
+    if not hasattr(plgpu, "InterpretGPUParams"):
+        return "plgpu.InterpretGPUParams is missing: GPU interpret mode came with JAX 0.11"
+    for needed in ("kernels", feature):
+        why = _gpu_probe(needed)
+        if why:
+            return f"{GPU_FEATURES[needed]}: {why}"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_probe(feature: str) -> str | None:
+    """Runs the known-good kernel for ``feature`` in GPU interpret mode: None if it
+    gives the right values, else what went wrong."""
+    import jax
+
+    from .frozen import np
+
+    try:
+        with mosaic_gpu_kernels(interpret=True):
+            yours, expected = _GPU_PROBES[feature]()
+            yours = np.asarray(jax.block_until_ready(yours), np.float64)
+    except Exception as error:
+        reset_gpu_interpreter()
+        drop_failed_tokens()
+        text = str(error).strip().splitlines()
+        return f"{type(error).__name__}: {text[-1] if text else ''}"[:300]
+    if not np.allclose(yours, expected, rtol=1e-2, atol=1e-2):
+        return "a known-good kernel gave wrong values"
+    return None
+
+
+def _probe_kernels():
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    from .frozen import np
+
+    x = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
+
+    def body(x_ref, o_ref, tile):
+        rows = pl.ds(lax.axis_index("blocks") * 8, 8)
+        tile[...] = 2 * x_ref[rows]
+        o_ref[rows] = tile[...] - 3
+
+    run = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
+                       grid_names=("blocks",), scratch_types=[plgpu.SMEM((8, 128), jnp.float32)])
+    return jax.jit(run)(x), 2 * x - 3
+
+
+def _probe_tma():
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    from .frozen import np
+
+    x = np.arange(64 * 128, dtype=np.float32).reshape(64, 128)
+
+    def body(x_ref, o_ref, tile, landed):
+        plgpu.copy_gmem_to_smem(x_ref, tile, landed)
+        plgpu.barrier_wait(landed)
+        tile[...] = tile[...] * 2
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(tile, o_ref)
+        plgpu.wait_smem_to_gmem(0)
+
+    run = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                       scratch_types=[plgpu.SMEM(x.shape, jnp.float32), plgpu.Barrier()])
+    return jax.jit(run)(x), 2 * x
+
+
+def _probe_pipeline():
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    from .frozen import np
+
+    x = np.arange(4 * 64 * 128, dtype=np.float32).reshape(256, 128) / 1000
+
+    def body(x_ref, o_ref):
+        def step(indices, tile, running):
+            running_now = running + tile[...]
+            plgpu.commit_smem()
+            return running_now
+
+        o_ref[...] = plgpu.emit_pipeline(
+            step, grid=(4,), in_specs=[plgpu.BlockSpec((64, 128), lambda i: (i, 0))],
+            max_concurrent_steps=2, init_carry=jnp.zeros((64, 128), jnp.float32))(x_ref)
+
+    run = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((64, 128), jnp.float32))
+    return jax.jit(run)(x), x.reshape(4, 64, 128).sum(0)
+
+
+def _probe_wgmma():
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    from .frozen import np
+
+    a = (np.arange(64 * 64) % 7 - 3).reshape(64, 64).astype(np.float16)
+    b = (np.arange(64 * 64) % 5 - 2).reshape(64, 64).astype(np.float16)
+    swizzled = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+
+    def body(a_ref, b_ref, o_ref, a_tile, b_tile, landed):
+        plgpu.copy_gmem_to_smem(a_ref, a_tile, landed)
+        plgpu.copy_gmem_to_smem(b_ref, b_tile, landed)
+        plgpu.barrier_wait(landed)
+
+        def product(acc):
+            plgpu.wgmma(acc, a_tile, b_tile)
+            return acc[...]
+
+        o_ref[...] = pl.run_scoped(product, plgpu.ACC((64, 64), jnp.float32))
+
+    run = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((64, 64), jnp.float32),
+                       scratch_types=[plgpu.SMEM((64, 64), jnp.float16, transforms=swizzled),
+                                      plgpu.SMEM((64, 64), jnp.float16, transforms=swizzled),
+                                      plgpu.Barrier(num_arrivals=2)])
+    return jax.jit(run)(a, b), a.astype(np.float64) @ b.astype(np.float64)
+
+
+def _probe_warpgroups():
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    from .frozen import np
+
+    x = np.arange(8 * 128, dtype=np.float32).reshape(8, 128)
+
+    def body(x_ref, o_ref, tile, ready):
+        @pl.when(lax.axis_index("wg") == 0)
+        def produce():
+            tile[...] = x_ref[...] + 1
+            plgpu.barrier_arrive(ready)
+
+        @pl.when(lax.axis_index("wg") == 1)
+        def consume():
+            plgpu.barrier_wait(ready)
+            o_ref[...] = tile[...] * 2
+
+    run = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), num_threads=2,
+                       thread_name="wg", scratch_types=[plgpu.SMEM(x.shape, jnp.float32),
+                                                        plgpu.Barrier()])
+    return jax.jit(run)(x), (x + 1) * 2
+
+
+_GPU_PROBES = {"kernels": _probe_kernels, "tma": _probe_tma, "pipeline": _probe_pipeline,
+               "wgmma": _probe_wgmma, "warpgroups": _probe_warpgroups}
+
+
+def reset_gpu_interpreter() -> None:
+    """Clears GPU interpret mode's shared state (a failed kernel leaves it dirty)."""
+    if "jax.experimental.pallas.mosaic_gpu" not in sys.modules:
+        return
+    try:
+        from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
+    except ImportError:
+        return
+    reset = getattr(gpu_callbacks, "reset_gpu_interpret_mode_state", None)
+    if reset is not None:
+        reset()
+
+
+def abort_gpu_kernel(why: str) -> bool:
+    """Fails the Mosaic GPU kernel that GPU interpret mode is running, if any: its
+    threads waiting on barriers wake up and the kernel raises ``why`` (a kernel waiting
+    on a barrier nothing completes would otherwise wait forever, out of reach of a
+    signal handler). Returns whether a kernel was running."""
+    try:
+        from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
+    except ImportError:
+        return False
+    memory = getattr(gpu_callbacks, "_shared_memory", None)
+    if memory is None or not hasattr(memory, "set_failed"):
+        return False
+    memory.set_failed(RuntimeError(why), None, top_level=False)
+    return True
+
+
+def wgmma_operands(jaxpr) -> list[dict]:
+    """Per plgpu.wgmma in ``jaxpr`` (nested jaxprs included): {"a": ..., "b": ...}, each
+    None for an operand in registers, else the SMEM ref's layout: {"swizzle": bytes or
+    None, "tiling": tile shape or None}; and "eqn", the equation."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "wgmma_ref":
+            entry = {"eqn": eqn}
+            for operand, var in zip(("a", "b"), eqn.invars[1:3]):
+                tree = eqn.params.get(f"{operand}_transforms_tree")
+                if not is_ref(getattr(var, "aval", None)):
+                    entry[operand] = None
+                    continue
+                layout = {"swizzle": None, "tiling": None}
+                try:
+                    transforms = tree.unflatten([None] * tree.num_leaves) if tree else ()
+                except Exception:
+                    transforms = ()
+                for transform in transforms or ():
+                    if hasattr(transform, "swizzle"):
+                        layout["swizzle"] = int(transform.swizzle)
+                    if hasattr(transform, "tiling"):
+                        layout["tiling"] = tuple(int(t) for t in transform.tiling)
+                entry[operand] = layout
+            found.append(entry)
+        for inner, _ in sub_jaxprs(eqn):
+            found += wgmma_operands(inner)
+    return found
+
+
+def pipeline_buffers(jaxpr) -> list[tuple]:
+    """The shapes of the SMEM buffers that plgpu.emit_pipeline allocates in ``jaxpr``:
+    one per operand it copies, (slots, *block shape) each."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "run_scoped" and _made_by_gpu_pipeline(eqn):
+            inner, _ = open_jaxpr(eqn.params["jaxpr"])
+            for var in inner.invars:
+                aval = var.aval
+                if memory_space(aval) == "smem" and "barrier" not in str(aval.dtype):
+                    found.append(tuple(int(d) for d in aval.shape))
+        for inner, _ in sub_jaxprs(eqn):
+            found += pipeline_buffers(inner)
+    return found
+
+
+def smem_allocations(jaxpr) -> list[tuple]:
+    """The shapes of the SMEM buffers (barriers aside) that a Mosaic GPU kernel allocates
+    itself (scratch_types, pl.run_scoped), not those of plgpu.emit_pipeline."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "run_scoped" and not _made_by_gpu_pipeline(eqn):
+            inner, _ = open_jaxpr(eqn.params["jaxpr"])
+            for var in inner.invars:
+                if memory_space(var.aval) == "smem" and "barrier" not in str(var.aval.dtype):
+                    found.append(tuple(int(d) for d in var.aval.shape))
+        for inner, _ in sub_jaxprs(eqn):
+            found += smem_allocations(inner)
+    return found
+
+
+def gmem_accesses(jaxpr) -> list:
+    """The loads and stores (get, swap equations) of a Mosaic GPU kernel that read or
+    write a GMEM ref directly, not through SMEM."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in ("get", "swap") and memory_space(eqn.invars[0].aval) == "gmem":
+            found.append(eqn)
+        for inner, _ in sub_jaxprs(eqn):
+            found += gmem_accesses(inner)
+    return found
+
+
+def _made_by_gpu_pipeline(eqn) -> bool:
+    for path, _ in frames(eqn):
+        path = path.replace("\\", "/")
+        if path.endswith("pallas/mosaic_gpu/pipeline.py"):
+            return True
+        if "/jax/_src/" not in path:
+            return False
+    return False
 
 
 # -------------------------------------------------------------- compiling ---

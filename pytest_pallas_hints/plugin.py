@@ -98,7 +98,11 @@ def pytest_load_initial_conftests(early_config, parser, args):
 def pytest_configure(config):
     for line in ("puzzle(id): the puzzle this test checks, e.g. puzzle('basics.add_one')",
                  "tpu: runs only where a TPU is detected (kernels compiled, not interpreted)",
-                 "gpu: runs only where an NVIDIA GPU is detected"):
+                 "gpu: runs only where an NVIDIA GPU is detected",
+                 "mosaic_gpu(*features): a Mosaic GPU (Hopper) test: its kernels run in GPU "
+                 "interpret mode on a CPU (\"cannot be verified\" where this JAX's interpreter "
+                 "cannot run the features named, e.g. 'tma', 'wgmma'), and compiled where it "
+                 "is also marked gpu and a Hopper GPU is present"):
         config.addinivalue_line("markers", line)
     hint = _hint_option(config.getoption("hint"))
     if config.getoption("show") not in (None, "terminal", "html"):
@@ -233,6 +237,8 @@ class PallasRun:
         if kind and kind not in self.platforms:
             pytest.skip(f"needs a {kind.upper()}: none detected here "
                         f"(jax.devices() shows {', '.join(sorted(self.platforms))})")
+        if item.get_closest_marker("mosaic_gpu"):
+            _mosaic_gpu_setup(item, compiled=kind == "gpu", platforms=self.platforms)
 
     # -- call: races and hangs become failures; gpu tests run on the GPU
     @pytest.hookimpl(wrapper=True)
@@ -243,7 +249,10 @@ class PallasRun:
 
         __tracebackhide__ = True
         on_gpu = runtime.on_gpu() if _hardware_mark(item) == "gpu" else contextlib.nullcontext()
-        with runtime.watch(self.timeout), on_gpu:
+        mosaic_gpu = (runtime.mosaic_gpu(compiled=_hardware_mark(item) == "gpu",
+                                         seconds=self.timeout)
+                      if item.get_closest_marker("mosaic_gpu") else contextlib.nullcontext())
+        with runtime.watch(self.timeout), on_gpu, mosaic_gpu:
             return (yield)
 
     # -- makereport: every failure of a puzzle test becomes findings
@@ -366,6 +375,26 @@ def _walks() -> list[dict]:
         return [w.to_dict() for measured in checking.measured_in_test() for w in show.of(measured)]
     except Exception:
         return []
+
+
+def _mosaic_gpu_setup(item, compiled: bool, platforms) -> None:
+    """A Mosaic GPU test runs compiled only on a Hopper; in GPU interpret mode only where
+    this JAX's interpreter runs the features it names (else "cannot be verified")."""
+    from . import runtime
+
+    if compiled:
+        if "hopper" not in platforms:
+            pytest.skip(f"needs a Hopper GPU (compute capability 9.0: wgmma, TMA): found "
+                        f"{runtime.gpu_names()}")
+        return
+    module = getattr(item, "module", None)
+    if any(isinstance(value, chapters.BrokenChapter) for value in vars(module or object()).values()):
+        return   # the chapter file itself is what fails, with its line, on any JAX
+    features = [f for mark in item.iter_markers("mosaic_gpu") for f in mark.args] or ["kernels"]
+    for feature in dict.fromkeys(features):
+        why = jaxcompat.gpu_interpret_missing(feature)
+        if why:
+            raise jaxcompat.CannotVerify(jaxcompat.GPU_INTERPRET, why)
 
 
 def _tests_per_puzzle(items, puzzles) -> dict[str, int]:

@@ -103,8 +103,8 @@ def read(closed, out_tree) -> Program:
             if name in _CALLBACKS:
                 callbacks.append(name)
             if jaxcompat.is_kernel(eqn):
-                site = Site(len(sites), jaxcompat.kernel_call(eqn), repeated,
-                            _foreign(eqn.params["jaxpr"]))
+                call = jaxcompat.kernel_call(eqn)
+                site = Site(len(sites), call, repeated, _foreign(call.kernel))
                 bounds = len(site.call.dynamic_grid)   # dynamic grid sizes come first
                 operand_nodes.append((site, [node(v) for v in eqn.invars[bounds:]]))
                 sites.append(site)
@@ -112,7 +112,7 @@ def read(closed, out_tree) -> Program:
                 kernel = graph.add("kernel", ins, site=site)
                 outs = [graph.add("kernel_out", [kernel], site=site, position=k)
                         for k in range(len(eqn.outvars))]
-                callbacks.extend(_callbacks_in(eqn.params["jaxpr"]))
+                callbacks.extend(_callbacks_in(call.kernel))
             elif jaxcompat.inlined(eqn) is not None:
                 inner, _ = jaxcompat.inlined(eqn)
                 outs = walk(inner, [graph.add("const", []) if n is None else n
@@ -249,6 +249,7 @@ def site_of(program: Program, error: BaseException, sources) -> tuple[str, int] 
         blocks = ran or [block for _, block in found]
         return blocks[0].index_map_source if blocks else None
     wanted = (_low_precision_dot if "matmul acc" in text else
+              _copy_out_of_smem if "copy_smem_to_gmem" in text else
               _slice_at_run_time if "out of bounds" in text.lower() else None)
     for site in program.sites:
         for eqn in _all_eqns(site.call.kernel) if wanted else ():
@@ -264,6 +265,10 @@ def site_of(program: Program, error: BaseException, sources) -> tuple[str, int] 
 def _low_precision_dot(eqn) -> bool:
     return eqn.primitive.name == "dot_general" \
         and np.dtype(eqn.outvars[0].aval.dtype).itemsize != 4
+
+
+def _copy_out_of_smem(eqn) -> bool:
+    return eqn.primitive.name == "copy_smem_to_gmem"
 
 
 def _slice_at_run_time(eqn) -> bool:

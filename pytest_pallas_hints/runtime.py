@@ -28,7 +28,7 @@ import threading
 
 from . import jaxcompat
 
-# Lets the kit's own tests pretend a TPU or GPU is present: "tpu", "gpu", "cpu".
+# Lets the kit's own tests pretend a TPU or GPU is present: "tpu", "gpu", "hopper", "cpu".
 PLATFORM_OVERRIDE_ENV = "PALLAS_HINTS_PLATFORMS"
 
 
@@ -59,8 +59,29 @@ def platforms() -> frozenset[str]:
         return frozenset(p.strip() for p in override.split(",") if p.strip())
     import jax
 
-    kinds = {d.platform for d in jax.devices()}
-    return frozenset("gpu" if k in ("cuda", "rocm") else k for k in kinds)
+    devices = jax.devices()
+    kinds = {"gpu" if d.platform in ("cuda", "rocm") else d.platform for d in devices}
+    if any(_is_hopper(d) for d in devices):
+        kinds.add("hopper")   # wgmma and TMA: what the hopper chapter compiles for
+    return frozenset(kinds)
+
+
+def _is_hopper(device) -> bool:
+    """An NVIDIA GPU of compute capability 9.x (H100, H200, GH200)."""
+    capability = str(getattr(device, "compute_capability", "") or "")
+    return device.platform in ("cuda", "gpu") and capability.split(".")[0] == "9"
+
+
+def gpu_names() -> str:
+    """The GPUs JAX sees, in words (for a skip message)."""
+    import jax
+
+    try:
+        return ", ".join(sorted({f"{d.device_kind} (compute capability "
+                                 f"{getattr(d, 'compute_capability', '?')})"
+                                 for d in jax.devices("gpu")})) or "none"
+    except RuntimeError:
+        return "none"
 
 
 def use_interpret_mode(on: bool) -> None:
@@ -95,6 +116,32 @@ def on_gpu():
         gpu = None
     with jax.default_device(gpu) if gpu is not None else contextlib.nullcontext():
         yield
+
+
+GPU_HANG = ("KernelTimeout: no result after {seconds:g} s: a warpgroup waits on a barrier "
+            "(plgpu.barrier_wait) that nothing completes")
+
+
+@contextlib.contextmanager
+def mosaic_gpu(compiled: bool, seconds: float = 0):
+    """Inside: Mosaic GPU kernels (plgpu.kernel) run compiled on the GPU (``compiled``,
+    for gpu-marked tests on a Hopper), else in GPU interpret mode with races raised and
+    fresh buffers NaN; TPU interpret mode, set for the process, does not reach them.
+    A kernel still running after ``seconds`` (a barrier wait nothing completes: the
+    interpreter would wait forever, out of reach of SIGALRM) is failed, a little before
+    ``watch``'s own time bound, so that the failure says it was a barrier."""
+    timer = None
+    if not compiled and seconds and seconds > 0:
+        timer = threading.Timer(max(seconds - 1.0, seconds * 0.9), jaxcompat.abort_gpu_kernel,
+                                args=(GPU_HANG.format(seconds=seconds),))
+        timer.daemon = True
+        timer.start()
+    try:
+        with jaxcompat.mosaic_gpu_kernels(interpret=not compiled):
+            yield
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 @contextlib.contextmanager

@@ -64,6 +64,15 @@ WORDS = {
     "dma_wait": "a wait for a DMA (.wait() on a copy)",
     "emit_pipeline": "a pipeline of pltpu.emit_pipeline (the copies it makes for its "
                      "BlockSpecs)",
+    # Mosaic GPU (plgpu): TMA copies, barriers, the tensor core
+    "copy_gmem_to_smem": "a TMA copy into SMEM (plgpu.copy_gmem_to_smem)",
+    "copy_smem_to_gmem": "a TMA copy out of SMEM (plgpu.copy_smem_to_gmem)",
+    "barrier_wait": "a wait on a barrier (plgpu.barrier_wait)",
+    "barrier_arrive": "an arrival on a barrier (plgpu.barrier_arrive)",
+    "wait_smem_to_gmem": "a wait for the copies out of SMEM (plgpu.wait_smem_to_gmem)",
+    "commit_smem": "a plgpu.commit_smem()",
+    "wgmma_ref": "a tensor-core matmul (plgpu.wgmma)",
+    "axis_index": "an index of the grid or thread axis (lax.axis_index)",
 }
 # Most telling first: a matmul outside a kernel says more than a cast does.
 _RANK = ["dot_general", "exp", "exp2", "log", "tanh", "logistic", "erf", "reduce_sum",
@@ -84,7 +93,10 @@ class Structure:
     grid:    every kernel's grid, exactly (a list: one grid per kernel, in the order
              they run; None: any);
     blocks:  operand position -> block shape (None for a squeezed dim), for every kernel;
-    prefetch: at least one scalar-prefetch operand.
+    prefetch: at least one scalar-prefetch operand;
+    backend: every kernel's kind, "mosaic_tpu" (pl.pallas_call) or "mosaic_gpu"
+             (plgpu.kernel); None: any;
+    threads: Pallas threads (warpgroups) per block of every Mosaic GPU kernel.
     """
     kernels: int | None = 1
     inside: frozenset = frozenset()
@@ -92,6 +104,8 @@ class Structure:
     grid: tuple | None = None
     blocks: dict | None = None
     prefetch: bool = False
+    backend: str | None = None
+    threads: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "inside", frozenset(self.inside))
@@ -107,9 +121,10 @@ def check(program, structure: Structure, sources: set[Path] | None = None) -> li
     sources: the files kernels may come from (the chapter files in use); None
     skips that rule (the kit's own tests).
     """
-    for rule in (_callbacks, _some_kernel, _own_kernels, _decoys, _orphans, _outside,
-                 _inside, _count, _whole_array, _blocks, _grid, _prefetch,
-                 _parallel_reduction, _precision):
+    for rule in (_callbacks, _some_kernel, _own_kernels, _decoys, _orphans, _backend,
+                 _gpu_program_id, _outside, _inside, _count, _whole_array, _blocks, _grid,
+                 _prefetch, _threads, _parallel_reduction, _wgmma_operands, _gpu_order,
+                 _precision):
         findings = rule(program, structure, sources)
         if findings:
             return findings
@@ -196,6 +211,116 @@ def _inside(program, structure, sources):
                 facts=[("kernels", ", ".join(f"{s.call.name}()" for s in program.sites))],
                 detail=name)]
     return []
+
+
+_BACKENDS = {"mosaic_gpu": "a Mosaic GPU kernel, plgpu.kernel(...)",
+             "mosaic_tpu": "a TPU kernel, pl.pallas_call(...)"}
+
+
+def _backend(program, structure, sources):
+    for site in program.sites:
+        if structure.backend is not None and site.call.backend != structure.backend:
+            return [Finding("backend", (
+                f"your kernel {site.call.name}() is {_BACKENDS.get(site.call.backend)}: this "
+                f"puzzle's kernels are {_BACKENDS.get(structure.backend)}."),
+                facts=[("kernel", f"{site.call.name}(): {site.call.backend}")])]
+    return []
+
+
+def _threads(program, structure, sources):
+    for site in program.sites:
+        if structure.threads is not None and site.call.threads != structure.threads:
+            return [Finding("threads", (
+                f"your kernel {site.call.name}() runs {site.call.threads} Pallas thread"
+                f"{'s' * (site.call.threads != 1)} (warpgroups) per block, the puzzle's "
+                f"{structure.threads}: plgpu.kernel(..., num_threads={structure.threads}, "
+                "thread_name=...)."),
+                facts=[("threads", f"expected {structure.threads} · yours "
+                                   f"{site.call.threads}")])]
+    return []
+
+
+def _gpu_program_id(program, structure, sources):
+    """pl.program_id in a Mosaic GPU kernel with a grid: GPU interpret mode answers 0 in
+    every block, so the kit (and any laptop) would compute another kernel than a GPU."""
+    for site in program.sites:
+        if site.call.backend == "mosaic_gpu" and _steps(site.call.grid) > 1 \
+                and "program_id" in _primitives(site.call.kernel):
+            return [Finding("program_id", (
+                f"your kernel {site.call.name}() asks pl.program_id for its block: in a "
+                "plgpu.kernel, name the grid axes (grid_names=...) and ask "
+                "lax.axis_index(name). GPU interpret mode, which runs your kernel on this "
+                "machine, answers pl.program_id with 0 in every block."))]
+    return []
+
+
+def _wgmma_operands(program, structure, sources):
+    """Every plgpu.wgmma: SMEM operands laid out for the tensor core (tiled (8, swizzle
+    in elements) and swizzled), and a float32 accumulator. GPU interpret mode computes
+    the product either way; a Hopper needs both."""
+    from . import jaxcompat
+    from .program import _user_line
+
+    for site in program.sites:
+        if site.call.backend != "mosaic_gpu":
+            continue
+        for found in jaxcompat.wgmma_operands(site.call.kernel):
+            eqn = found["eqn"]
+            where = _user_line(eqn, sources)
+            facts = ([("wgmma", f"{Path(where[0]).parent.name}/{Path(where[0]).name}:"
+                                f"{where[1]}   {_source_line(where).strip()}")] if where else [])
+            acc = _dtype(eqn.invars[0])
+            if acc is not None and np.dtype(acc) != np.float32:
+                return [Finding("precision", (
+                    f"the wgmma accumulates in {np.dtype(acc).name}: a sum over K of "
+                    f"products rounded to {np.dtype(acc).name} at every step loses its low "
+                    "bits. Give it a float32 accumulator, plgpu.ACC(shape, jnp.float32), and "
+                    "cast once when you store the result."), facts=facts)]
+            for operand in ("a", "b"):
+                layout = found.get(operand)
+                if layout is None:
+                    continue
+                itemsize = np.dtype(_dtype(eqn.invars[1 if operand == "a" else 2])).itemsize
+                swizzle, tiling = layout["swizzle"], layout["tiling"]
+                if swizzle is None or tiling is None or tiling != (8, swizzle // itemsize):
+                    shown = (f"swizzle {swizzle} bytes, tiling {tiling}" if swizzle or tiling
+                             else "no transforms")
+                    return [Finding("wgmma_layout", (
+                        f"the wgmma's {operand.upper()} operand is in SMEM without the layout "
+                        "the tensor core reads: allocate it with transforms=("
+                        "plgpu.TilingTransform((8, swizzle // itemsize)), "
+                        "plgpu.SwizzleTransform(swizzle)), the swizzle (128, 64 or 32 bytes) "
+                        "dividing a row of the tile in bytes. GPU interpret mode multiplies "
+                        "anyway; a Hopper would not compile it (or read garbage)."),
+                        facts=facts + [(operand.upper(), shown)])]
+    return []
+
+
+def _gpu_order(program, structure, sources):
+    """An asynchronous read (a wgmma, a TMA copy out) of SMEM not ordered after what it
+    reads, in a Mosaic GPU kernel's program order (ordering.py): GPU interpret mode does
+    not see the tensor core's reads."""
+    from . import ordering
+    from .diagnose import _GPU_RACE_SAYS
+
+    for site in program.sites:
+        for problem in ordering.problems(site.call):
+            labels = (("reads", "copy") if problem.kind == "race_barrier_wait"
+                      else ("async", "store"))
+            facts = [(label, _line(eqn, sources))
+                     for label, eqn in zip(labels, (problem.eqn, problem.other))]
+            return [Finding(problem.kind, _GPU_RACE_SAYS[problem.kind], facts=facts)]
+    return []
+
+
+def _line(eqn, sources) -> str:
+    from .program import _user_line
+
+    where = _user_line(eqn, sources)
+    if where is None:
+        return "(inside JAX: the line that called it is not known)"
+    return (f"{Path(where[0]).parent.name}/{Path(where[0]).name}:{where[1]}   "
+            f"{_source_line(where).strip()}")
 
 
 def _count(program, structure, sources):
@@ -349,8 +474,13 @@ def carried_state(call) -> list[tuple[str, object, object]]:
     roots = {var: ("ref", n) for n, var in enumerate(kernel.invars)}
     found: dict = {}
     _flow(kernel, roots, {}, found)
+    # A block of a Mosaic GPU grid runs its body once (blocks run in parallel, scratch
+    # does not outlive them): only what a loop updates is carried from step to step.
+    in_loops = _in_loops(kernel) if getattr(call, "backend", "") == "mosaic_gpu" else None
     state = []
     for root, (eqn, dtype) in found.items():
+        if in_loops is not None and id(eqn) not in in_loops:
+            continue
         if root[0] == "ref":
             n = root[1]
             state.append((f"{names[n]}" if n < len(names) and names[n] else f"operand {n}",
@@ -360,6 +490,20 @@ def carried_state(call) -> list[tuple[str, object, object]]:
         else:
             state.append(("a loop carry (lax.fori_loop)", dtype, eqn))
     return state
+
+
+def _in_loops(jaxpr, inside: bool = False) -> set[int]:
+    """ids of the equations of ``jaxpr`` that run inside a loop (while, scan)."""
+    from . import jaxcompat
+
+    found = set()
+    for eqn in jaxpr.eqns:
+        if inside:
+            found.add(id(eqn))
+        loop = eqn.primitive.name in ("while", "scan")
+        for inner, _ in jaxcompat.sub_jaxprs(eqn):
+            found |= _in_loops(inner, inside or loop)
+    return found
 
 
 def _flow(jaxpr, refs: dict, taint: dict, found: dict, consts=()) -> list[dict]:
@@ -483,11 +627,18 @@ def _primitives(jaxpr) -> set[str]:
     found = set()
     for eqn in jaxpr.eqns:
         found.add(eqn.primitive.name)
-        if eqn.primitive.name == "dma_start" and jaxcompat.from_emit_pipeline(eqn):
+        if eqn.primitive.name in ("dma_start", "copy_gmem_to_smem") \
+                and jaxcompat.from_emit_pipeline(eqn):
             found.add("emit_pipeline")
         for inner, _ in jaxcompat.sub_jaxprs(eqn):
             found |= _primitives(inner)
     return found
+
+
+def primitives(call) -> set[str]:
+    """The primitives a kernel executes anywhere in its body ("emit_pipeline" for the
+    copies a pipeline makes)."""
+    return _primitives(call.kernel)
 
 
 def _steps(grid) -> int:

@@ -101,9 +101,11 @@ def test_each_puzzle_has_two_shapes_a_tpu_test_and_its_own_k(pytester, chapter_n
     assert set(by_puzzle) == {p.id for p in KIT[chapter_name].puzzles}
     for puzzle in KIT[chapter_name].puzzles:
         tests = by_puzzle[puzzle.id]
-        on_cpu = [t for t in tests if not t.get_closest_marker("tpu")]
+        # a hardware test: compiled on a TPU, or on a Hopper GPU for Mosaic GPU chapters
+        on_cpu = [t for t in tests
+                  if not (t.get_closest_marker("tpu") or t.get_closest_marker("gpu"))]
         assert len(on_cpu) >= 2, f"{puzzle.id}: fewer than two shape configurations"
-        assert len(on_cpu) < len(tests), f"{puzzle.id}: no tpu-marked test"
+        assert len(on_cpu) < len(tests), f"{puzzle.id}: no tpu- or gpu-marked test"
         listed = pytester.runpytest_inprocess(
             str(path), "--collect-only", "-q", "-k", puzzle.name, "-p", "no:cacheprovider",
             f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml")).stdout.lines

@@ -18,9 +18,30 @@ def flat(output: str) -> str:
     return re.sub(r"\s+", " ", output)
 
 
+def unverifiable(chapter: str) -> str | None:
+    """Why this JAX's GPU interpret mode cannot run a Mosaic GPU chapter (its test file
+    marks its tests mosaic_gpu), or None."""
+    if "mark.mosaic_gpu" not in (ROOT / "exercises" / f"test_{chapter}.py").read_text():
+        return None
+    from pytest_pallas_hints import jaxcompat
+
+    return jaxcompat.gpu_interpret_missing("kernels")
+
+
+def assert_cannot_be_verified(result, chapter: str) -> None:
+    """Every test of the chapter ended as "cannot be verified on JAX X", none passed or
+    failed, and the run itself succeeded (the rest of the kit is unaffected)."""
+    outcomes = result.parseoutcomes()
+    assert result.ret == pytest.ExitCode.OK
+    assert "passed" not in outcomes and "failed" not in outcomes and "errors" not in outcomes
+    assert "cannot be verified on JAX" in flat(result.stdout.str())
+
+
 def test_every_stub_is_reported_not_started(kit, chapter_name):
     name = chapter_name
     result = kit.run(f"exercises/test_{name}.py")
+    if unverifiable(name):
+        return assert_cannot_be_verified(result, name)
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert "Traceback" not in out and "NotImplementedError" not in out
@@ -38,6 +59,8 @@ def test_every_stub_is_reported_not_started(kit, chapter_name):
 def test_every_reference_passes(kit, chapter_name):
     name = chapter_name
     result = kit.run(f"exercises/test_{name}.py", "--reference")
+    if unverifiable(name):
+        return assert_cannot_be_verified(result, name)
     outcomes = result.parseoutcomes()
     total = len(KIT[name].puzzles)
     assert result.ret == pytest.ExitCode.OK
@@ -54,6 +77,8 @@ def test_every_known_mistake_fails_with_its_diagnosis(kit, mistake):
     chapter, name = puzzle.split(".")
     result = kit.run(f"exercises/test_{chapter}.py", "--reference", "--pallas-patch",
                      str(path), "-k", name)
+    if unverifiable(chapter):
+        return assert_cannot_be_verified(result, chapter)
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED, f"{path.name} passed its tests"
     assert f"✗ {puzzle}" in out

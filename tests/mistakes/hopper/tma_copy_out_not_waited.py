@@ -1,0 +1,12 @@
+"""hopper.tma: the kernel ends without waiting for its copy out of SMEM."""
+PUZZLE = "hopper.tma"
+EXPECT = "end with plgpu.wait_smem_to_gmem(0)"
+
+
+def add_one_tma_kernel(x_ref, o_ref, tile, landed, *, block_rows):
+    rows = pl.ds(lax.axis_index("blocks") * block_rows, block_rows)
+    plgpu.copy_gmem_to_smem(x_ref.at[rows], tile, landed)
+    plgpu.barrier_wait(landed)
+    tile[...] = tile[...] + 1
+    plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(tile, o_ref.at[rows])

@@ -1,0 +1,34 @@
+"""hopper.warpgroups: the consumer reads a slot without waiting on loaded[slot]: the
+producer's copy into it may still be landing (a race between the two warpgroups)."""
+PUZZLE = "hopper.warpgroups"
+EXPECT = "the consumer waits on loaded[slot] before it reads the slot"
+
+
+def add_one_specialized_kernel(x_ref, o_ref, tiles, loaded, consumed, *, block_rows):
+    steps = x_ref.shape[0] // block_rows
+    slots = tiles.shape[0]
+
+    @pl.when(lax.axis_index("wg") == 1)
+    def producer():
+        @pl.loop(0, steps)
+        def fetch(i):
+            slot = lax.rem(i, slots)
+
+            @pl.when(i >= slots)
+            def wait_until_released():
+                plgpu.barrier_wait(consumed.at[slot])
+
+            plgpu.copy_gmem_to_smem(x_ref.at[pl.ds(i * block_rows, block_rows)],
+                                    tiles.at[slot], loaded.at[slot])
+
+    @pl.when(lax.axis_index("wg") == 0)
+    def consumer():
+        @pl.loop(0, steps)
+        def compute(i):
+            slot = lax.rem(i, slots)
+            o_ref[pl.ds(i * block_rows, block_rows)] = tiles[slot] + 1
+            plgpu.commit_smem()
+
+            @pl.when(i + slots < steps)
+            def release():
+                plgpu.barrier_arrive(consumed.at[slot])
