@@ -486,6 +486,13 @@ def tpu_multiplies(x):
     return x.replace(eqns=eqns)
 
 
+def multiplying_as_on_chip(eqn) -> dict:
+    """The parameters that make kernel equation ``eqn`` multiply as the chip does
+    (``tpu_multiplies``; a GPU also computes NaN * 0 = NaN): its body or bodies."""
+    key = "jaxprs" if eqn.primitive.name == "mpmd_map" else "jaxpr"
+    return {key: _tpu_multiplies_in(eqn.params[key])}
+
+
 def _tpu_multiplies_in(value):
     if is_jaxpr(value):
         return tpu_multiplies(value)

@@ -329,7 +329,7 @@ def execute(program: Program, args: tuple):
         def visit(eqn, invals):
             site = program.sites[program._by_eqn[id(eqn)]]
             captured.append((site.index, list(invals[:site.call.num_prefetch])))
-            return {"jaxpr": jaxcompat.tpu_multiplies(eqn.params["jaxpr"])}
+            return jaxcompat.multiplying_as_on_chip(eqn)
 
         outs = _evaluate(closed.jaxpr, closed.consts, flat_args, visit)
         return outs, captured
