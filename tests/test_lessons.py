@@ -276,6 +276,37 @@ def test_a_read_past_the_end_is_named_with_its_line_before_the_run():
     assert "ids_ref[pl.program_id(0) + offset]" in dict(finding.facts)["reads"]
 
 
+def interleave(first):
+    """Stores two (8, 128) halves into the even and odd rows of a (16, 128) scratch, the
+    second half from row ``first`` + 1 with stride 2: inside the ref for first = 0."""
+    def kernel(x_ref, o_ref, rows_ref):
+        start = pl.program_id(0) + first   # traced: JAX cannot check it before the walk
+        rows_ref[pl.ds(start, 8, stride=2), :] = x_ref[:8]
+        rows_ref[pl.ds(start + 1, 8, stride=2), :] = x_ref[8:]
+        o_ref[...] = rows_ref[...]
+
+    def call(x):
+        whole = pl.BlockSpec(x.shape, lambda i: (0, 0))
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(1,), in_specs=[whole], out_specs=whole,
+                              scratch_shapes=[pltpu.VMEM(x.shape, x.dtype)])(x)
+    return call
+
+
+def test_a_strided_slice_ends_at_its_last_element():
+    """pl.ds(1, 8, stride=2) picks rows 1, 3, ..., 15 of 16: inside the ref, though
+    1 + 8 * 2 = 17 is past its end. One step further, it is past the end."""
+    x = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
+    ran = measure(interleave(0), x, structure=None)
+    assert np.array_equal(np.asarray(ran.output)[0::2], x[:8])
+    assert np.array_equal(np.asarray(ran.output)[1::2], x[8:])
+    with pytest.raises(Diagnosed) as failed:
+        measure(interleave(1), x, structure=None)
+    finding = failed.value.findings()[0]
+    assert finding.kind == "out_of_bounds_ref"
+    assert dict(finding.facts)["index"] == "index 2:17 along dim 0, which has 16"
+
+
 def test_a_learners_failed_kernel_is_never_called_a_kit_problem(monkeypatch):
     """Unseen before the run, the read fails while the kernel runs and leaves the
     simulated TPU dirty; the kit proves its own kernel still runs (in a clean state)
