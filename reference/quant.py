@@ -18,11 +18,8 @@ from jax.experimental.pallas import tpu as pltpu
 
 def _check_array(function, name, x, ndim, kinds, what):
     """ValueError naming ``name`` unless x has ``ndim`` dims and a dtype of ``kinds``."""
-    dtype = getattr(x, "dtype", None)
-    if getattr(x, "ndim", None) != ndim or dtype is None or \
-            not any(jnp.issubdtype(dtype, kind) for kind in kinds):
-        raise ValueError(f"{function}: {name} must be {what}; got "
-                         f"{getattr(x, 'shape', None)} {dtype}")
+    if x.ndim != ndim or not any(jnp.issubdtype(x.dtype, kind) for kind in kinds):
+        raise ValueError(f"{function}: {name} must be {what}; got {x.shape} {x.dtype}")
 
 
 def _check_shape(function, name, x, shape, what):
@@ -276,8 +273,9 @@ def conv_kernel(x_ref, w_ref, o_ref, *, stride=1):
     o_ref[...] = acc.astype(o_ref.dtype)
 
 
-def _same_padding(size, k, stride):
-    """(output size, padding before, padding after) of XLA's SAME padding."""
+def same_padding(size, k, stride):
+    """PROVIDED: (output size, padding before, padding after) of XLA's SAME padding for
+    one spatial dim of ``size`` and a filter of ``k`` taps at ``stride``."""
     out = -(-size // stride)
     total = max((out - 1) * stride + k - size, 0)
     return out, total // 2, total - total // 2
@@ -337,8 +335,8 @@ def conv2d(x, w, *, stride=1, block_h=8, block_f=None):
         block_f = F
     _check_block(name, "block_f", block_f, 1 if block_f >= F else 128)
     block_f = min(block_f, F)
-    Ho, top, _ = _same_padding(H, KH, stride)
-    Wo, left, _ = _same_padding(W, KW, stride)
+    Ho, top, _ = same_padding(H, KH, stride)
+    Wo, left, _ = same_padding(W, KW, stride)
     tiles = pl.cdiv(Ho, block_h)
     window = (block_h - 1) * stride + KH    # input rows behind block_h output rows
     Hp = (tiles * block_h - 1) * stride + KH
