@@ -52,8 +52,9 @@ def close(yours: np.ndarray, expected: np.ndarray, tolerance: float) -> np.ndarr
 
 def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", blocks=None,
             axes: str | None = None, likely: dict | None = None,
-            tolerance: float = 2e-5) -> list[Finding]:
-    """How ``yours`` differs from ``expected``, most specific finding first."""
+            tolerance: float = 2e-5, carries: bool | None = None) -> list[Finding]:
+    """How ``yours`` differs from ``expected``, most specific finding first. ``carries``:
+    whether the kernels carry state from step to step (None: not known)."""
     shape_row = ("shape", f"expected {_shape(expected)} · yours {_shape(yours)}")
     if yours.shape != expected.shape:
         return [_shape_finding(yours, expected, shape_row)]
@@ -91,8 +92,9 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
         findings.append(_nan_finding(nan, bad, grid, tail))
     if not np.any(y) and np.any(e):
         findings.append(Finding("zeros", (
-            f"your {name} is all zeros: was anything stored? A kernel writes its "
-            "result with o_ref[...] = value.")))
+            f"your {name} is all zeros: was anything stored, and was it stored after the "
+            "value was computed (not before the loop or the pipeline that fills it)? A "
+            "kernel writes its result with o_ref[...] = value.")))
     factor = _constant_factor(y, e, tolerance)
     if factor is not None:
         findings.append(Finding("scaled", (
@@ -117,21 +119,31 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
             "often, or a wrong initial value?"), facts=[("offset", f"yours = {shown}")]))
     if _looks_transposed(y, e, tolerance):
         findings.append(Finding("transposed", (
-            f"your {name} equals the transpose of the expected one: are the grid axes "
-            "or an index map's (i, j) swapped?")))
+            f"your {name} equals the transpose of the expected one: are the grid axes or "
+            "an index map's (i, j) swapped, or the two operands of a matmul?")))
     if tail is not None and not nan.any():
         findings.append(Finding("tail", (
             f"only the last block along dim {tail} is wrong, the one that hangs off the "
             "end of the array: its out-of-range part holds garbage; mask it "
             "(iota + program_id) before it mixes with real values.")))
-    side = _diagonal_side(bad)
-    if side:
+    side, width = _diagonal_side(bad)
+    if side and width == 1:
         findings.append(Finding(f"{side}_diagonal", (
-            f"the wrong values sit {side} the diagonal of the last two dims: "
-            "is a mask comparing rows and columns off by one (< against <=)?")))
+            f"the wrong values sit {'on' if side == 'on' else 'just ' + side} the diagonal "
+            "of the last two dims, one wide: is a mask comparing rows and columns off by "
+            "one (< against <=)?")))
+    elif side:
+        findings.append(Finding(f"{side}_diagonal", (
+            f"the wrong values sit {side} the diagonal of the last two dims, in a band "
+            f"{width} wide that starts at it: does the mask compare rows and columns the "
+            "right way, from the right place (where its diagonal starts, a bound on the "
+            "other side)?")))
     rounding = _rounding(y, e, bad, nan, grid, tolerance) if not side else None
     if rounding is not None:
         findings.append(rounding)
+    later = grid.later_only(grid.wrong(bad)) if grid is not None and not side else None
+    if later is not None:
+        findings.append(_later_blocks(later, grid.axes[later], carries))
     if grid is not None and 0 < grid.wrong(bad).sum() < grid.count:
         findings.append(Finding("blocks", (
             "only some output blocks are wrong: compare the program ids of the wrong "
@@ -139,6 +151,22 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
     findings.append(Finding("values", f"the values of {name} are wrong."))
     findings[0].facts = facts + findings[0].facts
     return findings
+
+
+def _later_blocks(dim: int, axis: str, carries: bool | None) -> Finding:
+    """The first block along ``dim`` right, every later one wrong."""
+    if carries:
+        says = (f"the first block along {axis} is right and every later one is wrong: each "
+                "block alone is computed right, but what one step hands to the next along "
+                f"{axis} (a state or accumulator your kernel carries in scratch or a loop) "
+                "is not: updated before it is used, not updated, updated with the wrong "
+                "value, or reset where it should carry on.")
+    else:
+        says = (f"the first block along {axis} is right and every later one is wrong: does "
+                f"an index map ignore the grid axis of {axis} (every step reading or "
+                "writing block 0), or does a step use a value that only the first step "
+                "gets right?")
+    return Finding("later_blocks", says, detail=axis)
 
 
 def _shape_finding(yours, expected, shape_row) -> Finding:
@@ -152,6 +180,13 @@ def _shape_finding(yours, expected, shape_row) -> Finding:
 
 
 def _nan_finding(nan: np.ndarray, bad: np.ndarray, grid, tail: int | None) -> Finding:
+    if nan.all():
+        return Finding("never_stored", (
+            "every value is NaN: nothing was stored into the output, or only values "
+            "computed from memory never written. Does the store sit under a pl.when whose "
+            "condition never holds (the last step of another axis?), or in a branch no step "
+            "takes? Or did the stored value read a scratch before it was initialised, or a "
+            "DMA buffer before its wait()?"))
     if tail is not None:
         return Finding("nan", (
             f"the NaNs sit in the last block along dim {tail}, which hangs off the end of "
@@ -287,18 +322,20 @@ def _looks_transposed(y, e, tolerance) -> bool:
     return bool(close(np.swapaxes(y, -1, -2), e, tolerance).all())
 
 
-def _diagonal_side(bad: np.ndarray) -> str | None:
+def _diagonal_side(bad: np.ndarray) -> tuple[str | None, int]:
+    """("above" / "below" / "on", the width of the band of wrong diagonals) when the
+    wrong values touch the diagonal from one side; (None, 0) otherwise."""
     if bad.ndim < 2 or min(bad.shape[-2:]) < 2 or bad.all():
-        return None
+        return None, 0
     rows, cols = np.nonzero(bad.reshape(-1, *bad.shape[-2:]).any(axis=0))
     offset = cols - rows  # the wrong values must reach the diagonal, not lie far from it
     if offset.min() == 1:
-        return "above"
+        return "above", int(offset.max())
     if offset.max() == -1:
-        return "below"
+        return "below", int(-offset.min())
     if offset.min() == offset.max() == 0:
-        return "on"
-    return None
+        return "on", 1
+    return None, 0
 
 
 class _BlockGrid:
@@ -338,6 +375,16 @@ class _BlockGrid:
                 return False
             wrong_later |= not close(y[now], e[now], tolerance).all()
         return wrong_later
+
+    def later_only(self, wrong: np.ndarray) -> int | None:
+        """The dim along which exactly the blocks after the first are wrong, if any."""
+        for d, count in enumerate(self.counts):
+            if count > 1:
+                index = np.arange(count).reshape([-1 if k == d else 1
+                                                  for k in range(len(self.counts))])
+                if np.array_equal(wrong, np.broadcast_to(index >= 1, wrong.shape)):
+                    return d
+        return None
 
     def tail_axis(self, bad: np.ndarray) -> int | None:
         wrong = self.wrong(bad)
@@ -385,7 +432,9 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
         where, code = _learner_line([(*error.pallas_where, "")], root, chapter_files)
         code = code or _source_line(error.pallas_where)
     kind = type(error).__name__
-    text = _kernel_arg_names(text)
+    text = _kernel_arg_names(_real_error(text))
+    if kind == "NotImplementedError" and where and "raise NotImplementedError" not in code:
+        text = "NotImplementedError (not a stub): " + text[len("NotImplementedError: "):]
     for pattern, name, says in _ERRORS:
         match = re.search(pattern, text, re.S)
         if match:
@@ -457,20 +506,44 @@ def _source_line(where: tuple[str, int]) -> str:
         return ""
 
 
-def _out_of_bounds(block: str, name: str, step: str) -> str:
-    """Why an index map pointed outside its array, guessed from the numbers."""
+def _out_of_bounds(block: str, name: str, step: str, rest: str = "") -> str:
+    """Why an index map pointed outside its array, read from the numbers: the block it
+    asked for, the grid step, and (where the message says) the window and array shape."""
     said = (f"at grid step {step}, the index map of {name} asks for block {block}, "
             "which lies outside the array. ")
     wanted = [int(n) for n in re.findall(r"-?\d+", block)]
     at = [int(n) for n in re.findall(r"-?\d+", step)]
+    windows = re.findall(r"slice\((-?\d+), (-?\d+)", rest)
+    sizes = [int(stop) - int(start) for start, stop in windows]
+    shape = re.search(r"has shape (\([^)]*\))", rest)
     if len(at) >= 2 and wanted[:len(at)] == at[::-1]:
         return said + ("That is the grid step reversed: does the index map return (j, i) "
                        "where the grid runs over (i, j)?")
-    if any(w > a > 0 and w % a == 0 for w in wanted for a in at):
-        return said + ("It looks like an element offset (i * block size): index maps "
+    if sizes and any(size > 1 and a > 0 and w == a * size
+                     for w, size in zip(wanted, sizes) for a in at):
+        return said + ("It is an element offset (grid index × block size): index maps "
                        "return block indices, which Pallas multiplies by the block shape.")
-    return said + ("Index maps return block indices, from 0 to the number of blocks - 1 "
-                   "along each dim; check it against the grid.")
+    where = ""
+    if shape and sizes and len(sizes) == len(wanted):
+        dims = [int(n) for n in re.findall(r"\d+", shape[1])]
+        counts = [-(-d // b) if b else 0 for d, b in zip(dims, sizes)]
+        past = [f"along dim {d} it has {c} block{'s' * (c != 1)} (0 to {c - 1})"
+                for d, (w, c) in enumerate(zip(wanted, counts)) if w >= c or w < 0]
+        where = (f"The array has shape {shape[1]}: " + "; ".join(past) + ". ") if past else ""
+    return said + where + ("Index maps return block indices, from 0 to the number of "
+                           "blocks - 1 along each dim. Either the index map asks for the "
+                           "wrong block, or the array is smaller than the grid walks (for an "
+                           "output: out_shape).")
+
+
+def _real_error(text: str) -> str:
+    """The error inside a runtime error that carries a Python traceback as its message
+    (a kernel that failed in interpret mode): its last "Type: message" line."""
+    if "Traceback (most recent call last)" not in text:
+        return text
+    found = re.findall(r"^\s*(\w+(?:Error|Exception)\b.*)$", text.split(
+        "Traceback (most recent call last)", 1)[1], re.M)
+    return found[-1].strip() if found else text
 
 
 def _kernel_arg_names(text: str) -> str:
@@ -528,7 +601,7 @@ def _learner_line(frames, root, chapter_files):
 
 # (regex over "Type: message", kind, sentence with {0}.. from the regex groups)
 _ERRORS = [
-    (r"^NotImplementedError", "not_started", "not started"),
+    (r"^NotImplementedError(?! \(not a stub\))", "not_started", "not started"),
     (r"^ChapterRuleBroken", "broken_chapter",
      "this chapter's file breaks the rule for exercise files, so none of its puzzles "
      "run: change the line named above (the other chapters still run)."),
@@ -558,16 +631,36 @@ _ERRORS = [
      "index_map_arity",
      "an index map must return {0} block indices, one per dim of its block, but "
      "returns {1}: return a tuple with an index for every dim (even when it is 0)."),
+    (r"carry input and carry output must have equal types.*?component (\S+) has type "
+     r"(\S+\]) but the corresponding output carry component has type (\S+\])",
+     "carry_type",
+     "a loop body (lax.fori_loop, @pl.loop) must return its carry with the shape and dtype "
+     "it got: {0} came in as {1} and went out as {2}. A sum over the wrong axis, a missing "
+     "keepdims=True, or a dtype changed on the way?"),
+    (r"carry input and carry output must have equal types", "carry_type",
+     "a loop body (lax.fori_loop, @pl.loop) must return its carry with the shape and dtype "
+     "it got. A sum over the wrong axis, a missing keepdims=True, or a dtype changed on the "
+     "way?"),
+    (r"Cannot signal on a non-\(\)-shaped semaphore: (\([^)]*\))", "not_a_semaphore",
+     "a copy was given a ref of shape {0} where its semaphore goes: the kernel gets its "
+     "scratch refs in the order of scratch_shapes. Are the kernel's parameters in that "
+     "order, and is the semaphore the third argument of pltpu.make_async_copy?"),
+    (r"dma_wait requires a DMA semaphore, but got a regular semaphore", "regular_semaphore",
+     "a copy signals and waits on a DMA semaphore: give it pltpu.SemaphoreType.DMA in "
+     "scratch_shapes, not SemaphoreType.REGULAR (which only pl.semaphore_signal and "
+     "pl.semaphore_wait use)."),
     (r"Index map function .*? must return integer scalars", "index_map_arity",
      "an index map must return integer block indices (use // not /)."),
     (r"Invalid shape for `swap`\. Ref shape: (\([^)]*\))\..*?Value shape: (\([^)]*\))",
      "store_shape",
      "you stored a value of shape {1} into a ref of shape {0}: a store must match the "
-     "ref's block shape (keepdims=True on a reduction, or index the ref)."),
+     "ref's shape. Compare the two: a reduction without keepdims=True, a block with a "
+     "dim of size 1 that its BlockSpec should squeeze (None), a scratch or out_shape of "
+     "another shape, or a slice of the wrong size?"),
     (r"Invalid dtype for `swap`\. Ref dtype: (\w+)\. Value dtype: (\w+)", "store_dtype",
      "you stored a {1} value into a {0} ref: cast it first, value.astype(o_ref.dtype)."),
     (r"Out-of-bounds block index (\([^)]*\)) for (?:input|output) \"(\w+)\" in iteration "
-     r"(\([^)]*\))", "out_of_bounds", lambda block, name, step: _out_of_bounds(block, name, step)),
+     r"(\([^)]*\))(.*)", "out_of_bounds", _out_of_bounds),
     (r"The kernel function in the pallas_call (\w+) .*?should return None", "kernel_returns",
      "a kernel returns nothing: {0} must store its result into an output ref, "
      "o_ref[...] = value, instead of returning it."),
@@ -577,7 +670,9 @@ _ERRORS = [
     (r"Revisited block .*? of output (\d+) in iteration (\([^)]*\))", "revisited",
      "output {0} goes back to a block it left earlier (at grid step {1}): its first "
      "result was already written back and would be overwritten. The steps that write "
-     "one output block must be consecutive: put the reduction axis last in the grid."),
+     "one output block must be consecutive and in order: put the axis along which the "
+     "block stays put last in the grid, and mark it \"arbitrary\" (the steps of a "
+     "\"parallel\" axis may be split between cores)."),
     (r"Out-of-bounds read of .*?: reading \[(.*?)\] but buffer has shape (\([^)]*\))",
      "out_of_bounds_ref",
      "a read past the end of a buffer inside the kernel: it reads at {0} in a ref of "
@@ -610,6 +705,12 @@ _ERRORS = [
      "this would not compile for a TPU: its MXU adds up a matmul in 32 bits, so a dot "
      "of bf16 blocks must return float32 (jnp.dot(..., preferred_element_type="
      "jnp.float32)); cast where you store, not in the dot."),
+    (r"^LoweringFailed.*Unimplemented primitive in Pallas TPU lowering(?: for [\w.]+)?: (\w+)",
+     "lowering_primitive",
+     "this runs in interpret mode but would not compile for a TPU: `{0}` has no lowering "
+     "inside a TPU kernel. A cumulative sum becomes a masked sum over a triangle (an iota "
+     "mask and a matmul or a sum); indexing a value at a traced position becomes a "
+     "select with an iota mask; a dynamic slice of a value becomes a slice of a ref."),
     (r"^LoweringFailed: does not lower for TPU: (.*)", "lowering",
      "this runs in interpret mode but would not compile for a TPU: {0}"),
 ]
@@ -617,17 +718,23 @@ _ERRORS = [
 
 # --------------------------------------------------------------- render ---
 
+# A finding that is a case of a broader one: a puzzle's words for the broader kind
+# (written for what goes wrong there) serve when it has none for the narrow one.
+_BROADER = {"never_stored": "nan", "unwritten": "nan"}
+
+
 def render(findings: list[Finding], words: dict[str, str] | None = None,
            output: str | None = None) -> list[str]:
     """Fact rows, then one ``diagnosis`` sentence for the most specific finding (the
     first): the puzzle's own words for its kind if it has them ("kind:output", e.g.
-    "blocks:dq", or "kind:detail", e.g. "outside:rev", before "kind"), else the
-    engine's."""
+    "blocks:dq", or "kind:detail", e.g. "outside:rev", before "kind"; then the same for
+    the broader kind, "nan" for "never_stored"), else the engine's."""
     if not findings:
         return []
     rows = [row for f in findings for row in f.facts]
     first, words = findings[0], words or {}
-    keys = [f"{first.kind}:{output}", f"{first.kind}:{first.detail}", first.kind]
+    kinds = [first.kind] + ([_BROADER[first.kind]] if first.kind in _BROADER else [])
+    keys = [k for kind in kinds for k in (f"{kind}:{output}", f"{kind}:{first.detail}", kind)]
     chosen = next((words[k] for k in keys if k in words), first.says)
     lines = []
     for label, text in rows + [("diagnosis", chosen)]:

@@ -272,9 +272,16 @@ def _user_line(eqn, sources) -> tuple[str, int] | None:
     for path, line in jaxcompat.frames(eqn):
         if sources is not None and Path(path).resolve() in sources:
             return path, line
-        if sources is None and "/jax/" not in path and "pytest_pallas_hints" not in path:
+        if sources is None and "/jax/" not in path and "pytest_pallas_hints" not in path \
+                and not _standard_library(path):
             return path, line
     return None
+
+
+def _standard_library(path: str) -> bool:
+    import sysconfig
+
+    return path.startswith(sysconfig.get_paths()["stdlib"]) and "site-packages" not in path
 
 
 def learners(error: BaseException) -> BaseException:

@@ -290,13 +290,16 @@ def _parallel_reduction(program, structure, sources):
                 for key, index in zip(keys, map(tuple, indices)):
                     first.setdefault(key, index)
                 if all(first[key] == tuple(index) for key, index in zip(keys, indices)):
+                    last = axis == len(call.grid) - 1
                     return [Finding("parallel_reduction", (
                         f"grid axis {axis} of {call.name}() is marked \"parallel\", but "
-                        f"{block.name} keeps the same block along it: that axis sums into "
-                        "one block. A TPU with two cores splits \"parallel\" axes between "
-                        "them, and each would write its own partial sum. Mark a reduction "
-                        "axis \"arbitrary\"" + (" (and put it last)." if axis < len(call.grid) - 1
-                                                else ".")),
+                        f"{block.name} keeps the same block along it, so every step along "
+                        "that axis writes one block. Either the axis is a reduction: a TPU "
+                        "with two cores splits \"parallel\" axes between them and each "
+                        "would write its own partial sum, so mark it \"arbitrary\""
+                        + ("" if last else " (and put it last)") + "; or each step should "
+                        f"write a block of its own: then {block.name}'s index map must "
+                        "move along the axis."),
                         facts=[("semantics", f"{call.name}(): {call.semantics}, grid "
                                              f"{call.grid}")])]
     return []

@@ -55,6 +55,8 @@ class Counts:
     dma_problems: list = dataclasses.field(default_factory=list)   # DmaProblem, in order
     dmas_followed: bool = True    # False: a copy the ledger could not follow (remote, or
     #                               a semaphore index it cannot know), so no problem is told
+    dma_windows: list = dataclasses.field(default_factory=list)    # (source operand, its
+    #                               box, destination operand, its box) per DMA started
     dma_operands: list = dataclasses.field(default_factory=list)   # (source operand,
     #                               destination operand, bytes) per DMA: kernel operand
     #                               positions (None: a scratch or a run_scoped buffer)
@@ -77,7 +79,8 @@ class DmaProblem:
     started into a window another copy in flight still writes), "dma_wrong_semaphore"
     (a wait that describes a copy but names another semaphore than it signals: blamed
     on the wait, the copy as ``other``), "dma_dtype" (a copy between refs of two
-    dtypes: a DMA moves bytes, it does not convert), "dma_shared_semaphore"
+    dtypes: a DMA moves bytes, it does not convert), "dma_shape" (a copy between
+    windows of two shapes), "dma_shared_semaphore"
     (a wait on a semaphore that reads and writes signal together: either kind of copy
     landing could end it) or "dma_out_of_bounds" (a copy or wait that names a window
     past the ends of a ref, a semaphore's too)."""
@@ -131,6 +134,10 @@ class Ledger:
         if None not in dtypes and dtypes[0] != dtypes[1]:
             self.problems.append(DmaProblem("dma_dtype", eqn,
                                             detail=f"{dtypes[0]} -> {dtypes[1]}"))
+        shapes = [_extent(box) for box in (refs.src_box, refs.dst_box)]
+        if None not in shapes and shapes[0] != shapes[1]:
+            self.problems.append(DmaProblem("dma_shape", eqn, detail=(
+                f"{_shown(refs.src_box)} -> {_shown(refs.dst_box)}")))
         for copy in self.in_flight:
             if copy.dst is refs.dst and _overlap(copy.dst_box, refs.dst_box):
                 self.problems.append(self._misnamed(copy) or
@@ -204,6 +211,15 @@ class Ledger:
             self.followed = False
             self.in_flight = []
         return self.followed
+
+
+def _extent(box) -> tuple | None:
+    """The shape of a window, dims of size 1 left out (an index squeezes them)."""
+    return None if box is None else tuple(hi - lo for lo, hi in box if hi - lo != 1)
+
+
+def _shown(box) -> str:
+    return "(" + ", ".join(str(hi - lo) for lo, hi in box) + ")"
 
 
 def _overlap(a, b) -> bool:
@@ -344,6 +360,8 @@ class Walk:
             self.counts.dmas.append(copy)
             self.counts.dma_operands.append((getattr(refs.src, "operand", None),
                                              getattr(refs.dst, "operand", None), copy[2]))
+            self.counts.dma_windows.append((getattr(refs.src, "operand", None), refs.src_box,
+                                            getattr(refs.dst, "operand", None), refs.dst_box))
             self.ledger.start(refs, eqn, into=copy[1])
             return unknown
         if name == "dma_wait":

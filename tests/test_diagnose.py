@@ -254,7 +254,7 @@ def test_python_min_in_an_index_map_is_not_called_a_kernel_if():
      "out_of_bounds", "the index map of x_ref asks for block (2, 0)"),
     ("RuntimeError: Revisited block (slice(0, 8, 1), slice(0, 128, 1)) of output 0 in "
      "iteration (3,). The block was previously visited in iterations (0,) through (1,) .",
-     "revisited", "the reduction axis last in the grid"),
+     "revisited", "last in the grid, and mark it \"arbitrary\""),
     ("ValueError: Dimensions with parallel semantics must form a prefix of the grid.",
      "parallel_prefix", "put the reduction axis last in the grid"),
 ])
@@ -264,15 +264,21 @@ def test_common_pallas_errors_in_plain_words(message, kind, words):
     assert words in finding.says
 
 
-@pytest.mark.parametrize("block, step, says", [
-    ("(2, 0)", "(0, 2)", "the grid step reversed"),
-    ("(8, 0)", "(1,)", "an element offset"),
-    ("(4, 0)", "(0,)", "from 0 to the number of blocks - 1"),
+@pytest.mark.parametrize("block, step, window, says", [
+    ("(2, 0)", "(0, 2)", "slice(16, 24, 1), slice(0, 128, 1)", "the grid step reversed"),
+    ("(8, 0)", "(1,)", "slice(64, 72, 1), slice(0, 128, 1)", "It is an element offset"),
+    ("(6, 0)", "(1,)", "slice(48, 56, 1), slice(0, 128, 1)",    # 6 is no element offset
+     "The array has shape (32, 128): along dim 0 it has 4 blocks (0 to 3)"),
+    ("(4, 0)", "(0,)", "slice(32, 40, 1), slice(0, 128, 1)", "or the array is smaller"),
 ])
-def test_out_of_bounds_guesses_why_from_the_numbers(block, step, says):
+def test_out_of_bounds_guesses_why_from_the_numbers(block, step, window, says):
     error = RuntimeError(f'IndexError: Out-of-bounds block index {block} for input "x_ref" '
-                         f'in iteration {step} on device 0')
-    assert says in explain(error, [], ROOT).says
+                         f'in iteration {step} on device 0 (core 0): reading [({window})] '
+                         'but input has shape (32, 128).')
+    found = explain(error, [], ROOT).says
+    assert says in found
+    if "element offset" not in says:
+        assert "element offset" not in found
 
 
 def test_a_kernel_that_returns_its_result_is_pointed_at():

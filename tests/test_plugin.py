@@ -508,3 +508,24 @@ def test_a_solved_performance_puzzle_shows_its_tpu_cost_and_cost_prints_the_tabl
     table = out.split("cost on a TPU")[1].split("progress")[0]
     assert "flash.causal [" in table and "MXU flops" in table and "flop/B" in table
     assert "sources: pytest_pallas_hints/cost.py" in table
+
+
+def test_a_primitive_with_no_tpu_lowering_is_named_not_called_not_started(kit):
+    solved = (kit.path / "reference" / "basics.py").read_text()
+    kit.write("exercises/basics.py", solved.replace(
+        "o_ref[...] = x_ref[...] + 1",
+        "o_ref[...] = x_ref[...] + 1 + 0 * jnp.cumsum(x_ref[...], axis=0)"))
+    out = kit.run("exercises/test_basics.py", "-k", "add_one").stdout.str()
+    assert "not started" not in out.split("progress")[0]
+    assert "`cumsum` has no lowering inside a TPU kernel" in out
+
+
+def test_a_not_implemented_error_outside_a_stub_is_an_error_with_its_line():
+    from pytest_pallas_hints import diagnose
+
+    frames = [("/kit/exercises/basics.py", 12, "return helper(x)")]
+    finding = diagnose.explain(NotImplementedError("the case T > 1 is missing"), frames,
+                               Path("/kit"))
+    assert finding.kind != "not_started" and "T > 1 is missing" in str(finding.to_dict())
+    stub = [("/kit/exercises/basics.py", 12, "raise NotImplementedError")]
+    assert diagnose.explain(NotImplementedError(), stub, Path("/kit")).kind == "not_started"

@@ -1,6 +1,6 @@
 """pipelining.copy_loop: copies x.at[pl.ds(0, chunk)] at every step: chunk 0 each time."""
 PUZZLE = "pipelining.copy_loop"
-EXPECT = "the copy's source must move with the loop index"
+EXPECT = "your copies do not read each row of x once"
 
 
 def column_sum_kernel(x_hbm, o_ref, chunk_vmem, sem, *, chunk):

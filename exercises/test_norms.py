@@ -1,0 +1,645 @@
+"""Tests for exercises/norms.py. Run them, don't edit them:
+
+    pytest exercises/test_norms.py                    # all puzzles of the chapter
+    pytest exercises/test_norms.py -k long_rows       # one puzzle
+    pytest exercises/test_norms.py -k long_rows --hint
+
+Every test compares your kernels with the same function computed in float64 NumPy,
+on at least two shapes (one an edge case: rows or columns the block does not divide,
+a single block, bfloat16), forward and, where the puzzle is a backward, every
+gradient through jax.vjp. Then it counts what your kernels did: the bytes they
+moved between HBM and VMEM (a row kernel reads its input once and writes its output
+once), the VMEM they took where a row must never be whole in it, and for the loss
+the dots they executed and every array of the program (no [T, V] array may exist
+outside VMEM). Last, it checks that the kernels would compile for a real TPU.
+Tests marked `tpu` run realistic sizes on a real TPU and are skipped elsewhere.
+
+The bfloat16 configurations of the running-statistics puzzles are long (many
+column or vocabulary blocks, with a long tail of small terms): a statistic kept in
+bfloat16 drops that tail and fails on its values, besides the precision rule.
+"""
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_vmem,
+                                 check_work, fail, lowers_for_tpu, measure)
+
+norms = chapter("norms")
+
+puzzle = pytest.mark.puzzle
+on_tpu = pytest.mark.tpu
+
+# What each lesson requires of your program, checked from its trace: your own
+# kernels compute the statistics (the max, the sums, the exp); nothing but reshapes
+# happens around them.
+SOFTMAX = Structure(inside={"reduce_max", "reduce_sum", "exp"})
+NORM = Structure(inside={"reduce_sum"})
+XENT = Structure(inside={"dot_general", "reduce_max", "exp"})
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def is_tpu_size(*dims):
+    return math.prod(dims) > 2 ** 24
+
+
+def f64(*arrays):
+    return [np.asarray(a, np.float64) for a in arrays]
+
+
+def lane_statistics(block_rows):
+    """VMEM a kernel may spend on per-row statistics: two (block_rows, 128) float32
+    buffers (one float per row, or a row of 128 lanes as TPU kernels often keep)."""
+    return 2 * block_rows * 128 * 4
+
+
+# --- the expected values, in float64 NumPy -----------------------------------------
+
+def softmax64(x):
+    x, = f64(x)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def online64(x, block_cols, *, rescale=True, reset=False):
+    """softmax from the running max and sum taken column block by column block:
+    rescale=False leaves l unrescaled when the max moves; reset=True keeps only the
+    last block's statistics."""
+    x, = f64(x)
+    m = np.full((x.shape[0], 1), -np.inf)
+    l = np.zeros_like(m)
+    for start in range(0, x.shape[1], block_cols):
+        block = x[:, start:start + block_cols]
+        if reset:
+            m, l = np.full_like(m, -np.inf), np.zeros_like(l)
+        m_new = np.maximum(m, block.max(axis=1, keepdims=True))
+        l = (np.exp(m - m_new) if rescale else 1) * l + np.exp(block - m_new).sum(axis=1,
+                                                                              keepdims=True)
+        m = m_new
+    return np.exp(x - m) / l
+
+
+def long_tail(rng, R, C, block_cols, dtype):
+    """Rows whose mass sits in one of the first three column blocks (zeros: the row's
+    max, and a sum of block_cols) and a long tail of small terms in the others (near
+    -5.8, each block adding about 0.4 to the sum): a float32 running sum keeps the tail,
+    a bfloat16 one (8 significant bits: 128 + 0.4 is 128) rounds every block's share
+    of it away, and the softmax comes out 4% too large."""
+    x = rng.normal((R, C), scale=0.3) - 5.8
+    j = int(rng.integers((), 0, 3))
+    x[:, j * block_cols:(j + 1) * block_cols] = 0.0
+    return x.astype(jnp.dtype(dtype))
+
+
+def rms64(x, scale, dy, eps):
+    """y, dx, dscale of RMSNorm, and the pieces the likely wrong answers need."""
+    x, scale, dy = f64(x, scale, dy)
+    ms = (x * x).mean(axis=1, keepdims=True)
+    inv_rms = 1 / np.sqrt(ms + eps)
+    x_hat = x * inv_rms
+    g = dy * scale
+    dx = inv_rms * (g - x_hat * (g * x_hat).mean(axis=1, keepdims=True))
+    return dict(y=x_hat * scale, inv_rms=inv_rms, dx=dx, dscale=(dy * x_hat).sum(axis=0),
+                ms=ms, g=g, x_hat=x_hat)
+
+
+def layer_norm64(x, scale, bias, dy, eps, *, ddof=0):
+    x, scale, bias, dy = f64(x, scale, bias, dy)
+    mean = x.mean(axis=1, keepdims=True)
+    var = ((x - mean) ** 2).sum(axis=1, keepdims=True) / (x.shape[1] - ddof)
+    rstd = 1 / np.sqrt(var + eps)
+    x_hat = (x - mean) * rstd
+    g = dy * scale
+    dx = rstd * (g - g.mean(axis=1, keepdims=True) - x_hat * (g * x_hat).mean(axis=1,
+                                                                               keepdims=True))
+    return dict(y=x_hat * scale + bias, dx=dx, dscale=(dy * x_hat).sum(axis=0),
+                dbias=dy.sum(axis=0), mean=mean, rstd=rstd)
+
+
+def xent64(h, w, labels, dloss=None, *, blocks=None):
+    """loss [T], lse [T] and, with dloss, dh and dw of cross_entropy, in float64.
+    blocks=(first, stop): the statistics of vocabulary columns [first, stop) only (a
+    logsumexp over one block; the label's logit counts only if it lies there)."""
+    h, w = f64(h, w)
+    logits = h @ w
+    T = len(labels)
+    picked = logits[np.arange(T), labels]
+    if blocks is not None:
+        first, stop = blocks
+        logits = logits[:, first:stop]
+        picked = np.where((labels >= first) & (labels < stop), picked, 0.0)
+    m = logits.max(axis=1, keepdims=True)
+    lse = m[:, 0] + np.log(np.exp(logits - m).sum(axis=1))
+    out = dict(loss=lse - picked, lse=lse)
+    if dloss is not None:
+        dlogits = np.exp(logits - lse[:, None])
+        out["no_label_term"] = dlogits * np.asarray(dloss, np.float64)[:, None]
+        dlogits[np.arange(T), labels] -= 1
+        out["undirected"] = dlogits
+        dlogits = dlogits * np.asarray(dloss, np.float64)[:, None]
+        out.update(dh=dlogits @ w.T, dw=h.T @ dlogits, dlogits=dlogits)
+    return out
+
+
+def check_blocks(ran, array, shape, name):
+    """Every kernel operand that is `array` (found by identity: the argument itself, or a
+    value of its shape computed from it, as y from x) moves in blocks of `shape`."""
+    for block in ran.blocks_from(array):
+        if tuple(block.array_shape) == array.shape and tuple(block.block_shape) != shape:
+            fail("blocks_shape", (
+                f"{name} reaches your kernel in blocks of {tuple(block.block_shape)}, the "
+                f"puzzle's are {shape}: the BlockSpec's block shape decides what one grid step "
+                "sees."), [("blocks", f"{block.name}: expected {shape} · yours "
+                                      f"{tuple(block.block_shape)}")])
+
+
+def check_alone(function, *args, like, **static):
+    """function(*args) called without jax.grad runs the custom_vjp's own function, which
+    the gradient tests never reach (jax.vjp runs the forward rule): traced here, not run,
+    it must return an array of like's shape and dtype."""
+    name = getattr(function, "__name__", "the function")
+    try:
+        alone = jax.eval_shape(functools.partial(function, **static), *args)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail("alone", f"{name}() called without jax.grad fails while it is traced.",
+             [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+    if getattr(alone, "shape", None) != like.shape or getattr(alone, "dtype", None) != like.dtype:
+        fail("alone", (
+            f"{name}() called without jax.grad returns something else than under jax.grad: "
+            "the function decorated with @jax.custom_vjp must return the output alone, as "
+            "its forward rule's first element."),
+            [("alone", f"expected {like.shape} {np.dtype(like.dtype).name} · yours "
+                       f"{jax.tree_util.tree_map(lambda a: (a.shape, a.dtype.name), alone)}")])
+
+
+def with_grads(*args, function, **static):
+    """function(*primals) and its gradients, for args = (*primals, cotangent): the
+    cotangent is an argument like the others, an input of the measured program."""
+    *primals, cotangent = args
+    out, vjp = jax.vjp(functools.partial(function, **static), *primals)
+    return (out, *vjp(cotangent))
+
+
+# 1 -------------------------------------------------------------------------
+@puzzle("norms.row_softmax")
+@pytest.mark.parametrize("R, C, block_rows, dtype, scale", [
+    pytest.param(17, 384, 8, "float32", 100.0,
+                 id="R=17 C=384 block_rows=8 logits up to ~400 (the last block 1 row)"),
+    pytest.param(16, 1000, 16, "bfloat16", 3.0,
+                 id="R=16 C=1000 block_rows=16 bf16 (one block, C not a multiple of 128)"),
+    pytest.param(4096, 8192, 16, "bfloat16", 3.0, id="R=4096 C=8192 bf16-tpu", marks=on_tpu),
+])
+def test_row_softmax(R, C, block_rows, dtype, scale, rng):
+    x = rng.normal((R, C), dtype, scale=scale)
+    ran = measure(norms.softmax_rows, x, block_rows=block_rows,
+                  structure=SOFTMAX.where(grid=(cdiv(R, block_rows),)))
+    check_blocks(ran, x, (block_rows, C), "x")
+    expected = softmax64(x)
+
+    def unnormalised():
+        x64, = f64(x)
+        return np.exp(x64 - x64.max(axis=1, keepdims=True)).astype(dtype)
+
+    check(ran, expected.astype(dtype), blocks=(block_rows, None), axes="R C",
+          likely={"unnormalised": unnormalised})
+    if is_tpu_size(R, C):
+        return
+    check_traffic(ran, reference=2 * x.nbytes, minimum=2 * x.nbytes)
+    lowers_for_tpu(ran)
+
+
+# 2 -------------------------------------------------------------------------
+@puzzle("norms.long_rows")
+@pytest.mark.parametrize("R, C, block_rows, block_cols, dtype", [
+    pytest.param(17, 1025, 8, 128, "float32",
+                 id="R=17 C=1025 block_rows=8 block_cols=128 (9 column blocks, the last 1 wide)"),
+    pytest.param(16, 2048, 16, 128, "bfloat16",
+                 id="R=16 C=2048 block_cols=128 bf16 (16 column blocks, a long tail of small terms)"),
+    pytest.param(2048, 65536, 16, 2048, "bfloat16", id="R=2048 C=65536 bf16-tpu", marks=on_tpu),
+])
+def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
+    """Right values; the row never whole in VMEM; x read twice (one read per pass) and
+    the output written once."""
+    if dtype == "float32":
+        # The running max moves from block to block, and each row's largest logit sits
+        # in its last column, alone in the last column block.
+        x = rng.normal((R, C), dtype, scale=3.0)
+        x[:, -1] = x.max(axis=1) + 1
+    else:
+        x = long_tail(rng, R, C, block_cols, dtype)
+    ran = measure(norms.softmax_long, x, block_rows=block_rows, block_cols=block_cols,
+                  structure=SOFTMAX.where(grid=(cdiv(R, block_rows), 2, cdiv(C, block_cols))))
+    check_blocks(ran, x, (block_rows, block_cols), "x")
+    # bf16 outputs: the final rounding costs at most 0.4%; a bf16 statistic costs 4%.
+    check(ran, softmax64(x).astype(dtype), blocks=(block_rows, block_cols), axes="R C",
+          tolerance=None if dtype == "float32" else 1e-2,
+          likely={"l_not_rescaled": lambda: online64(x, block_cols, rescale=False).astype(dtype),
+                  "last_block_statistics": lambda: online64(x, block_cols,
+                                                            reset=True).astype(dtype)})
+    if is_tpu_size(R, C):
+        return
+    block = block_rows * block_cols * x.itemsize
+    check_vmem(ran, most=2 * 2 * block + lane_statistics(block_rows), why=(
+        "a row is never whole in VMEM: one (block_rows, block_cols) block of x and one of "
+        "the output at a time, and a few numbers per row for the statistics."))
+    check_traffic(ran, reference=3 * x.nbytes, minimum=2 * x.nbytes)
+    lowers_for_tpu(ran)
+
+
+# 3 -------------------------------------------------------------------------
+@puzzle("norms.softmax_grad")
+@pytest.mark.parametrize("R, C, block_rows, block_cols, dtype", [
+    pytest.param(24, 640, 8, None, "float32", id="R=24 C=640 block_rows=8 whole rows"),
+    pytest.param(17, 1025, 16, 256, "bfloat16",
+                 id="R=17 C=1025 block_rows=16 block_cols=256 bf16 (tails of 1 row, 1 column)"),
+    pytest.param(2048, 32768, 16, 2048, "bfloat16", id="R=2048 C=32768 bf16-tpu",
+                 marks=on_tpu),
+])
+def test_softmax_grad(R, C, block_rows, block_cols, dtype, rng):
+    """jax.vjp of softmax: y and dx right, from two kernels of yours (the forward and
+    the backward), each reading its inputs once per pass."""
+    x = rng.normal((R, C), dtype, scale=3.0)
+    dy = rng.normal((R, C), dtype)
+    # The forward is puzzle 1's or puzzle 2's; the backward walks puzzle 2's grid, with a
+    # single column block for whole rows.
+    two_passes = (cdiv(R, block_rows), 2, cdiv(C, block_cols or C))
+    forward_grid = (cdiv(R, block_rows),) if block_cols is None else two_passes
+    ran = measure(with_grads, x, dy, function=norms.softmax, block_rows=block_rows,
+                  block_cols=block_cols,
+                  structure=SOFTMAX.where(kernels=2, inside={"exp", "reduce_sum", "mul"},
+                                          grid=[forward_grid, two_passes]))
+    for array, name in ((x, "x (and y, the forward's output)"), (dy, "dy")):
+        check_blocks(ran, array, (block_rows, block_cols or C), name)
+    y, dx = ran.output
+    p = softmax64(x)
+    dy64, x64 = f64(dy, x)
+    tolerance = None if dtype == "float32" else 3e-2   # y is rounded to bf16 before dx
+    check(y, p.astype(dtype), name="y", blocks=(block_rows, block_cols), axes="R C")
+    check_alone(norms.softmax, x, like=x, block_rows=block_rows, block_cols=block_cols)
+
+    def dx_of(y):
+        return lambda: (y * (dy64 - (dy64 * y).sum(axis=1, keepdims=True))).astype(dtype)
+
+    check(dx, dx_of(p)(), name="dx", blocks=(block_rows, block_cols), axes="R C",
+          tolerance=tolerance,
+          likely={"given_x": dx_of(x64), "no_row_sum": lambda: (p * dy64).astype(dtype),
+                  "sign_flipped": lambda: -dx_of(p)()})
+    if is_tpu_size(R, C):
+        return
+    passes = 1 if block_cols is None else 2
+    # forward: x read once per pass, y written; backward: y and dy read once per pass,
+    # dx written.
+    check_traffic(ran, reference=(passes + 1 + 2 * passes + 1) * x.nbytes,
+                  minimum=5 * x.nbytes)
+    lowers_for_tpu(ran)
+
+
+# 4 -------------------------------------------------------------------------
+@puzzle("norms.rms_forward")
+@pytest.mark.parametrize("R, D, block_rows, dtype, eps", [
+    pytest.param(17, 384, 8, "float32", 1e-2,
+                 id="R=17 D=384 block_rows=8 eps=0.01 (the last block 1 row)"),
+    pytest.param(16, 1000, 16, "bfloat16", 1e-6,
+                 id="R=16 D=1000 block_rows=16 bf16 (one block)"),
+    pytest.param(8192, 4096, 64, "bfloat16", 1e-6, id="R=8192 D=4096 bf16-tpu", marks=on_tpu),
+])
+def test_rms_forward(R, D, block_rows, dtype, eps, rng):
+    """y and the saved 1 / rms right; x read once, y and one float per row written."""
+    x = rng.normal((R, D), dtype, scale=0.3)   # small rows: eps matters
+    scale = rng.normal((D,), dtype)
+    ran = measure(norms.rms_norm_forward, x, scale, eps=eps, block_rows=block_rows,
+                  structure=NORM.where(grid=(cdiv(R, block_rows),)))
+    check_blocks(ran, x, (block_rows, D), "x")
+    if not (isinstance(ran.output, (tuple, list)) and len(ran.output) == 2):
+        fail("returned", "rms_norm_forward returns two arrays: (y, inv_rms).",
+             [("returned", type(ran.output).__name__)])
+    y, inv_rms = ran.output
+    truth = rms64(x, scale, x, eps)
+    x64, scale64 = f64(x, scale)
+    check(y, truth["y"].astype(dtype), name="y", blocks=(block_rows, None), axes="R D",
+          likely={"eps_outside": lambda: (x64 / (np.sqrt(truth["ms"]) + eps) * scale64)
+                  .astype(dtype),
+                  "scale_missing": lambda: truth["x_hat"].astype(dtype)})
+    if np.shape(inv_rms) == x.shape:
+        fail("saves_normalised", (
+            "your second output is [R, D]: the normalised rows. The backward needs one "
+            "number per row, 1 / rms, as a [R, 1] float32 array."),
+            [("inv_rms", f"expected {(R, 1)} float32 · yours {np.shape(inv_rms)} "
+                         f"{np.asarray(inv_rms).dtype}")])
+    check(inv_rms, truth["inv_rms"].astype(np.float32), name="inv_rms",
+          blocks=(block_rows, None), axes="R 1",
+          likely={"rms_not_inverted": lambda: (1 / truth["inv_rms"]).astype(np.float32)})
+    if is_tpu_size(R, D):
+        return
+    moved = x.nbytes + scale.nbytes + x.nbytes + R * 4
+    check_traffic(ran, reference=moved, minimum=moved)
+    lowers_for_tpu(ran)
+
+
+# 5 -------------------------------------------------------------------------
+def row_blocks(values, block_rows):
+    """Per-block sums over rows: [num_blocks, ...]."""
+    return np.stack([values[s:s + block_rows].sum(axis=0)
+                     for s in range(0, len(values), block_rows)])
+
+
+@puzzle("norms.rms_backward")
+@pytest.mark.parametrize("R, D, block_rows, dtype", [
+    pytest.param(17, 256, 8, "float32", id="R=17 D=256 block_rows=8 (the last block 1 row)"),
+    pytest.param(12, 128, 16, "bfloat16",
+                 id="R=12 D=128 block_rows=16 bf16 (one block: block_rows shrinks to R)"),
+    pytest.param(8192, 4096, 64, "bfloat16", id="R=8192 D=4096 bf16-tpu", marks=on_tpu),
+])
+def test_rms_backward(R, D, block_rows, dtype, rng):
+    """jax.vjp of rms_norm: y, dx and dscale right (dscale summed over every row block),
+    from two kernels; the backward reads x, scale, 1 / rms and dy once."""
+    x, dy = rng.normal((R, D), dtype), rng.normal((R, D), dtype)
+    scale = rng.normal((D,), dtype)
+    rows = min(block_rows, R)    # a block longer than the array shrinks to it
+    ran = measure(with_grads, x, scale, dy, function=norms.rms_norm, eps=1e-6,
+                  block_rows=block_rows,
+                  structure=NORM.where(kernels=2, grid=(cdiv(R, rows),)))
+    check_blocks(ran, x, (rows, D), "x")
+    y, dx, dscale = ran.output
+    truth = rms64(x, scale, dy, 1e-6)
+    tolerance = None if dtype == "float32" else 3e-2
+    check(y, truth["y"].astype(dtype), name="y", blocks=(rows, None), axes="R D")
+    check_alone(norms.rms_norm, x, scale, like=x, eps=1e-6, block_rows=block_rows)
+    check(dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
+          tolerance=tolerance,
+          likely={"no_mean_term": lambda: (truth["inv_rms"] * truth["g"]).astype(dtype)})
+    partial = row_blocks(f64(dy)[0] * truth["x_hat"], rows)
+    check(dscale, truth["dscale"].astype(dtype), name="dscale", tolerance=tolerance,
+          likely={"last_block_only": lambda: partial[-1].astype(dtype),
+                  "first_block_only": lambda: partial[0].astype(dtype)})
+    if is_tpu_size(R, D):
+        return
+    row, vector = R * D * x.itemsize, D * scale.itemsize
+    # forward: x, scale in; y, 1/rms out. backward: x, scale, 1/rms, dy in; dx, dscale out.
+    moved = (row + vector + row + 4 * R) + (2 * row + vector + 4 * R + row + vector)
+    check_traffic(ran, reference=moved, minimum=moved)
+    lowers_for_tpu(ran)
+
+
+# 6 -------------------------------------------------------------------------
+@puzzle("norms.layer_norm")
+@pytest.mark.parametrize("R, D, block_rows, dtype, offset", [
+    pytest.param(17, 256, 8, "float32", 100.0,
+                 id="R=17 D=256 block_rows=8 rows far from zero (mean ~100)"),
+    pytest.param(12, 384, 16, "bfloat16", 0.0,
+                 id="R=12 D=384 block_rows=16 bf16 (one block: block_rows shrinks to R)"),
+    pytest.param(8192, 4096, 64, "bfloat16", 0.0, id="R=8192 D=4096 bf16-tpu", marks=on_tpu),
+])
+def test_layer_norm(R, D, block_rows, dtype, offset, rng):
+    """jax.vjp of layer_norm: y, dx, dscale and dbias right, from two kernels; the
+    forward saves two floats per row."""
+    x = (rng.normal((R, D)) + offset).astype(jnp.dtype(dtype))
+    dy = rng.normal((R, D), dtype)
+    scale, bias = rng.normal((D,), dtype), rng.normal((D,), dtype)
+    rows = min(block_rows, R)
+    ran = measure(with_grads, x, scale, bias, dy, function=norms.layer_norm,
+                  eps=1e-5, block_rows=block_rows,
+                  structure=NORM.where(kernels=2, grid=(cdiv(R, rows),)))
+    check_blocks(ran, x, (rows, D), "x")
+    y, dx, dscale, dbias = ran.output
+    truth = layer_norm64(x, scale, bias, dy, 1e-5)
+    tolerance = None if dtype == "float32" else 3e-2
+    x64, scale64, bias64 = f64(x, scale, bias)
+    ms = (x64 * x64).mean(axis=1, keepdims=True)
+    check(y, truth["y"].astype(dtype), name="y", blocks=(rows, None), axes="R D",
+          likely={"unbiased_variance": lambda: layer_norm64(x, scale, bias, dy, 1e-5,
+                                                            ddof=1)["y"].astype(dtype),
+                  "not_centred": lambda: (x64 / np.sqrt(ms + 1e-5) * scale64 + bias64)
+                  .astype(dtype)})
+    check_alone(norms.layer_norm, x, scale, bias, like=x, eps=1e-5, block_rows=block_rows)
+    check(dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
+          tolerance=tolerance)
+    dy64, = f64(dy)
+    partial = row_blocks(dy64, rows)
+    check(dscale, truth["dscale"].astype(dtype), name="dscale", tolerance=tolerance,
+          likely={"dscale_dbias_swapped": lambda: truth["dbias"].astype(dtype)})
+    check(dbias, truth["dbias"].astype(dtype), name="dbias", tolerance=tolerance,
+          likely={"last_block_only": lambda: partial[-1].astype(dtype),
+                  "dscale_dbias_swapped": lambda: truth["dscale"].astype(dtype)})
+    if is_tpu_size(R, D):
+        return
+    row, vector = R * D * x.itemsize, D * scale.itemsize
+    # forward: x, scale, bias in; y, mean, 1/std out. backward: x, scale, mean, 1/std,
+    # dy in; dx, dscale, dbias out.
+    moved = (row + 2 * vector + row + 8 * R) + (2 * row + vector + 8 * R + row + 2 * vector)
+    check_traffic(ran, reference=moved, minimum=moved)
+    lowers_for_tpu(ran)
+
+
+# 7 and 8 -----------------------------------------------------------------------
+def xent_inputs(rng, T, D, V, block_v, dtype, logits):
+    """h [T, D], w [D, V], labels [T]. logits="large": magnitudes around 1e4 (a naive
+    exp overflows). "long_tail": h's first feature is a constant 1, so w's first row is
+    a bias per vocabulary entry: 0 in one vocabulary block, -6 elsewhere. The mass sits
+    in that block, and every other block adds a sliver that a float32 sum keeps and a
+    bfloat16 one rounds away."""
+    labels = rng.integers((T,), 0, V)
+    if logits == "large":
+        return (rng.normal((T, D), dtype, scale=30.0), rng.normal((D, V), dtype, scale=40.0),
+                labels)
+    h = rng.normal((T, D), scale=1.0)
+    w = rng.normal((D, V), scale=0.02)
+    h[:, 0] = 1.0
+    j = int(rng.integers((), 0, V // block_v))
+    w[0] = -6.0
+    w[0, j * block_v:(j + 1) * block_v] = 0.0
+    return h.astype(jnp.dtype(dtype)), w.astype(jnp.dtype(dtype)), labels
+
+
+def check_no_vocabulary_array(ran, T, V):
+    """No array of T * V elements or more anywhere outside VMEM: not a kernel's operand
+    or output, not a JAX op around the kernels; and fewer bytes written to HBM than one
+    [T, V] float32 array."""
+    for site in ran.program.sites:
+        for block in site.call.blocks:
+            if math.prod(block.array_shape) >= T * V:
+                fail("materialised", (
+                    f"{block.name} of your kernel {site.call.name}() is a "
+                    f"{tuple(block.array_shape)} array in HBM: as large as the logits. The "
+                    "lesson is that no [T, V] array ever leaves VMEM."),
+                    [("array", f"{block.name}: {tuple(block.array_shape)} "
+                               f"{np.dtype(block.dtype).name} · the logits: ({T}, {V})")])
+    for op in ran.program.ops:
+        if op.nbytes >= T * V:
+            fail("materialised", (
+                f"a {op.name} around your kernels moves {op.nbytes:,} bytes: an array as "
+                "large as the logits exists in HBM. No [T, V] array may leave VMEM."),
+                [("op", f"{op.name}: {op.nbytes:,} bytes · the logits: ({T}, {V})")])
+    if ran.traffic.written >= T * V * 4:
+        fail("materialised", (
+            "your kernels write as many bytes to HBM as one [T, V] float32 array: the "
+            "logits (or something as large) went out of VMEM."),
+            [("written", f"{ran.traffic.written:,} bytes · one [T, V] float32 array "
+                         f"{T * V * 4:,} bytes")])
+
+
+def xent_flops(T, D, V, block_t, block_v, dots):
+    """Flops of `dots` (block_t x D) @ (D x block_v)-sized dots per (token block,
+    vocabulary block) pair."""
+    return cdiv(T, block_t) * cdiv(V, block_v) * dots * 2 * block_t * D * block_v
+
+
+# 7 -------------------------------------------------------------------------
+@puzzle("norms.fused_xent")
+@pytest.mark.parametrize("T, D, V, block_t, block_v, dtype, logits", [
+    pytest.param(129, 64, 1025, 128, 256, "float32", "large",
+                 id="T=129 D=64 V=1025 block_t=128 block_v=256 logits ~1e4 (tails of 1)"),
+    pytest.param(128, 64, 2048, 128, 128, "bfloat16", "long_tail",
+                 id="T=128 D=64 V=2048 block_v=128 bf16 (16 vocabulary blocks, a long tail)"),
+    pytest.param(2048, 2048, 65536, 256, 512, "bfloat16", "large",
+                 id="T=2048 D=2048 V=65536 bf16-tpu", marks=on_tpu),
+])
+def test_fused_xent(T, D, V, block_t, block_v, dtype, logits, rng):
+    """loss and lse right and finite; one kernel, whose dots are one (block_t, D) x
+    (D, block_v) product per (token block, vocabulary block); no [T, V] array outside
+    VMEM; h read once, w once per token block."""
+    h, w, labels = xent_inputs(rng, T, D, V, block_v, dtype, logits)
+    ran = measure(norms.cross_entropy_forward, h, w, labels, block_t=block_t, block_v=block_v,
+                  structure=XENT.where(grid=(cdiv(T, block_t), cdiv(V, block_v))))
+    check_blocks(ran, h, (block_t, D), "h")
+    check_blocks(ran, w, (D, block_v), "w")
+    if not (isinstance(ran.output, (tuple, list)) and len(ran.output) == 2):
+        fail("returned", "cross_entropy_forward returns two arrays: (loss, lse).",
+             [("returned", type(ran.output).__name__)])
+    loss, lse = ran.output
+    if np.isinf(np.asarray(loss, np.float64)).any():
+        fail("overflow", (
+            "your loss is infinite: exp overflowed (float32 exp is inf beyond about 88, and "
+            "these logits reach 1e4)."),
+            [("loss", f"{int(np.isinf(np.asarray(loss, np.float64)).sum())} of {T} "
+                      "values are inf")])
+    truth = xent64(h, w, labels)
+    first = (V - 1) // block_v * block_v
+
+    def one_block(part, start, stop):
+        return lambda: xent64(h, w, labels, blocks=(start, stop))[part].astype(np.float32)
+
+    check(loss, truth["loss"].astype(np.float32), name="loss", blocks=(block_t,), axes="T",
+          likely={"last_vocabulary_block": one_block("loss", first, V),
+                  "first_vocabulary_block": one_block("loss", 0, block_v)})
+    check(lse, truth["lse"][:, None].astype(np.float32), name="lse", blocks=(block_t, None),
+          axes="T 1", likely={"last_vocabulary_block": lambda: one_block(
+              "lse", first, V)()[:, None]})
+    if is_tpu_size(T, V):
+        return
+    check_no_vocabulary_array(ran, T, V)
+    check_work(ran, flops=xent_flops(T, D, V, block_t, block_v, 1))
+    tile = (block_t * D + D * block_v) * h.itemsize
+    check_vmem(ran, most=2 * tile + 2 * 3 * block_t * 4 + 3 * lane_statistics(block_t) // 2,
+               why=("one block of h and one of w at a time (two buffers each), and a few "
+                    "numbers per token: the logits tile is a value, never a buffer."))
+    per_token = T * 4
+    check_traffic(ran, reference=h.nbytes + cdiv(T, block_t) * w.nbytes + 3 * per_token,
+                  minimum=h.nbytes + w.nbytes + 3 * per_token)
+    lowers_for_tpu(ran)
+
+
+# 8 -------------------------------------------------------------------------
+@puzzle("norms.xent_backward")
+@pytest.mark.parametrize("T, D, V, block_t, block_v, dtype", [
+    pytest.param(129, 64, 1025, 128, 256, "float32",
+                 id="T=129 D=64 V=1025 block_t=128 block_v=256 (tails of 1 token, 1 word)"),
+    pytest.param(256, 128, 640, 128, 128, "bfloat16", id="T=256 D=128 V=640 block_v=128 bf16"),
+    pytest.param(2048, 2048, 16384, 256, 512, "bfloat16",
+                 id="T=2048 D=2048 V=16384 bf16-tpu", marks=on_tpu),
+])
+def test_xent_backward(T, D, V, block_t, block_v, dtype, rng):
+    """jax.vjp of cross_entropy: the loss, dh and dw right, from three kernels (the
+    forward, dh, dw) that recompute the logits block by block: no [T, V] array outside
+    VMEM, and the dots of five products per (token block, vocabulary block) pair."""
+    labels = rng.integers((T,), 0, V)
+    h = rng.normal((T, D), dtype)
+    w = rng.normal((D, V), dtype, scale=0.3)
+    dloss = rng.normal((T,), "float32")
+    ran = measure(with_grads, h, w, dloss, labels=labels, function=norms.cross_entropy,
+                  block_t=block_t, block_v=block_v,
+                  structure=XENT.where(kernels=3))
+    num_t, num_v = cdiv(T, block_t), cdiv(V, block_v)
+    grids = [tuple(site.call.grid) for site in ran.program.sites]
+    if sorted(grids) != sorted([(num_t, num_v), (num_t, num_v), (num_v, num_t)]):
+        fail("grid", (
+            "the three kernels' grids are the forward's (token blocks, vocabulary blocks), "
+            "dh's the same (it sums over v, last) and dw's (vocabulary blocks, token "
+            "blocks) (it sums over t, last)."),
+            [("grids", f"expected {(num_t, num_v)}, {(num_t, num_v)}, {(num_v, num_t)} · "
+                       f"yours {', '.join(map(str, grids))}")])
+    check_blocks(ran, h, (block_t, D), "h")
+    check_blocks(ran, w, (D, block_v), "w")
+    loss, dh, dw = ran.output
+    truth = xent64(h, w, labels, dloss)
+    tolerance = 1e-4 if dtype == "float32" else 3e-2
+    check(loss, truth["loss"].astype(np.float32), name="loss", blocks=(block_t,), axes="T",
+          tolerance=1e-4)
+    check_alone(norms.cross_entropy, h, w, like=truth["loss"].astype(np.float32),
+                labels=labels, block_t=block_t, block_v=block_v)
+    h64, w64 = f64(h, w)
+
+    def grads(dlogits):
+        return {"dh": lambda: (dlogits @ w64.T).astype(dtype),
+                "dw": lambda: (h64.T @ dlogits).astype(dtype)}
+
+    no_label, undirected = grads(truth["no_label_term"]), grads(truth["undirected"])
+    check(dh, truth["dh"].astype(dtype), name="dh", blocks=(block_t, None), axes="T D",
+          tolerance=tolerance,
+          likely={"no_label_term": no_label["dh"], "dloss_ignored": undirected["dh"]})
+    check(dw, truth["dw"].astype(dtype), name="dw", blocks=(None, block_v), axes="D V",
+          tolerance=tolerance,
+          likely={"no_label_term": no_label["dw"], "dloss_ignored": undirected["dw"]})
+    if is_tpu_size(T, V):
+        return
+    check_no_vocabulary_array(ran, T, V)
+    # The forward's dot, then the dh kernel's two (logits, dlogits w^T) and the dw
+    # kernel's two (logits, h^T dlogits).
+    check_work(ran, flops=xent_flops(T, D, V, block_t, block_v, 5))
+    per_token = T * 4
+    forward = h.nbytes + num_t * w.nbytes + 3 * per_token
+    dh_kernel = h.nbytes + num_t * w.nbytes + 3 * per_token + h.nbytes
+    dw_kernel = num_v * (h.nbytes + 3 * per_token) + w.nbytes + w.nbytes
+    check_traffic(ran, reference=forward + dh_kernel + dw_kernel,
+                  minimum=forward + h.nbytes + w.nbytes + 3 * per_token + h.nbytes + w.nbytes)
+    lowers_for_tpu(ran)
+
+
+@puzzle("norms.xent_backward")
+@pytest.mark.parametrize("bad", [
+    pytest.param(-1, id="a label of -1"),
+    pytest.param(1000, id="a label of V"),
+])
+def test_xent_backward_rejects_bad_labels(bad, rng):
+    """A label outside [0, V) fails up front with a ValueError naming labels, before any
+    kernel is built (the labels are concrete here)."""
+    T, D, V = 16, 64, 1000
+    h, w = rng.normal((T, D)), rng.normal((D, V))
+    labels = rng.integers((T,), 0, V)
+    labels[3] = bad
+    try:
+        jax.eval_shape(functools.partial(norms.cross_entropy, labels=labels, block_t=8,
+                                         block_v=128), h, w)
+    except ValueError as error:
+        if "labels" in str(error):
+            return
+        fail("argument_check", "cross_entropy raised a ValueError that does not name "
+             "labels.", [("raised", str(error).splitlines()[0][:200])])
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail("argument_check", f"cross_entropy with a label of {bad} (V={V}) should raise a "
+             "ValueError naming labels before any kernel is built; it failed later, "
+             "inside JAX.", [("raised", f"{type(error).__name__}: "
+                                        f"{str(error).splitlines()[0][:200]}")])
+    fail("argument_check", f"cross_entropy with a label of {bad} (V={V}) should raise a "
+         "ValueError naming labels; it raised nothing.", [("labels", f"labels[3] = {bad}")])
