@@ -140,6 +140,51 @@ def test_precision_is_the_dtype_of_what_a_kernel_carries(acc_dtype, options, fla
         assert "bfloat16" in findings[0].says
 
 
+def scaled_sum(every_step, *, carry=False):
+    """A sum over a K grid axis of x's blocks, times a scale s: once, at the end, or
+    at every step (into a scratch, or into a fori_loop carry); s passed before x."""
+    def kernel(s_ref, x_ref, o_ref, acc_ref):
+        k = pl.program_id(0)
+
+        @pl.when(k == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+        x = x_ref[...]
+        if carry:
+            acc_ref[...] = jax.lax.fori_loop(0, 2, lambda i, t: t + x * s_ref[...],
+                                             acc_ref[...])
+        else:
+            acc_ref[...] += x * s_ref[...] if every_step else x
+
+        @pl.when(k == pl.num_programs(0) - 1)
+        def _():
+            o_ref[...] = acc_ref[...] if every_step else acc_ref[...] * s_ref[...]
+
+    def call(x, s):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32), grid=(2,),
+            in_specs=[pl.BlockSpec((1, 128), lambda k: (0, 0)),
+                      pl.BlockSpec((8, 128), lambda k: (0, k))],
+            out_specs=pl.BlockSpec((8, 128), lambda k: (0, 0)),
+            scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)])(s, x)
+    return call
+
+
+@pytest.mark.parametrize("every_step, carry", [(False, False), (True, False), (True, True)])
+def test_what_feeds_a_carried_state_is_found_by_which_input_it_is(every_step, carry):
+    x, s = np.ones((8, 256), np.float32), np.full((1, 128), 2.0, np.float32)
+    ran = measure(scaled_sum(every_step, carry=carry), x, s, structure=None)
+    assert "acc_ref" in [what for what, _ in ran.state_fed_by(x)]
+    fed_by_s = ran.state_fed_by(s)
+    if every_step:
+        assert "acc_ref" in [what for what, _ in fed_by_s]
+        assert all(dtype == jnp.float32 for _, dtype in fed_by_s)
+        if carry:
+            assert "a loop carry (lax.fori_loop)" in [what for what, _ in fed_by_s]
+    else:
+        assert fed_by_s == []   # read only to scale the finished sum: not carried
+
+
 # ------------------------------------------------------ operands by identity ---
 
 def attention_like(order):
