@@ -72,19 +72,36 @@ def k_products(a, b, bk):
     return [exact(a[:, k:k + bk], b[k:k + bk]) for k in range(0, a.shape[1], bk)]
 
 
-def check_int32_accumulator(ran):
+def check_int32_accumulator(ran, scales=()):
     """The running sum of an int8 x int8 matmul is int32: exact, what the MXU returns.
-    A float32 sum holds integers exactly only up to 2^24 (1040 products of 127 * 127)."""
+    An int8 sum wraps around (127 * 127 alone does not fit); a float32 sum holds integers
+    exactly only up to 2^24 (1040 products of 127 * 127). Read from the dtypes of what
+    the kernel carries from step to step; ``scales``: the arguments that must reach the
+    output only once, at the last k step, never the running sum."""
     for site in ran.program.sites:
         for what, dtype, _ in carried_state(site.call):
-            if np.dtype(dtype) != np.int32:
-                fail("accumulator_dtype", (
-                    f"{what} carries the running sum from one k step to the next as "
-                    f"{np.dtype(dtype).name}: the sum of int8 products belongs in int32 (the "
-                    "MXU's int8 products arrive as int32 with "
-                    "preferred_element_type=jnp.int32), exact at any K, and a float only "
-                    "after the last k step."),
-                    [("state", f"{what}: {np.dtype(dtype).name} in {site.call.name}()")])
+            name = np.dtype(dtype).name
+            if name == "int32":
+                continue
+            state = [("state", f"{what}: {name} in {site.call.name}()")]
+            scaled = [w for array in scales for w, _ in ran.state_fed_by(array) if w == what]
+            if scaled:
+                fail("scales_per_step", (
+                    f"{what} carries a running sum that the scales are multiplied into at "
+                    f"every k step, as {name}: the scales are the same at every step, so they "
+                    "factor out of the sum over K. Sum the int8 products in int32 and "
+                    "multiply by the scales once, at the last k step."), state)
+            if np.issubdtype(np.dtype(dtype), np.integer):
+                fail("int8_accumulator", (
+                    f"{what} carries the running sum from one k step to the next as {name}: "
+                    "127 * 127 alone does not fit in 8 bits, and the sums wrap around. The "
+                    "sum of int8 products belongs in int32 (preferred_element_type="
+                    "jnp.int32)."), state)
+            fail("accumulator_dtype", (
+                f"{what} carries the running sum from one k step to the next as {name}: the "
+                "sum of int8 products belongs in int32 (the MXU's int8 products arrive as "
+                "int32 with preferred_element_type=jnp.int32), exact at any K, and a float "
+                "only after the last k step."), state)
 
 
 def check_stored_width(ran, array, reads, what):
@@ -220,6 +237,7 @@ def test_int8_dot(M, K, N, bm, bk, bn, rng):
     b = int8s(rng, (K, N), planted_cols=True)
     ran = measure(quant.int8_matmul_int32, a, b, bm=bm, bk=bk, bn=bn,
                   structure=tiled(M, K, N, bm, bk, bn, {0: (bm, bk), 1: (bk, bn)}, outside=()))
+    check_int32_accumulator(ran)
     truth = exact(a, b)
     check(ran, truth.astype(np.int32), blocks=(bm, bn), axes="i j", likely={
         "int8_products": lambda: np.sum([wrap8(p) for p in k_products(a, b, bk)],
@@ -227,7 +245,6 @@ def test_int8_dot(M, K, N, bm, bk, bn, rng):
         "int8_accumulator": lambda: wrap8(truth).astype(np.int32),
         "last_k_only": lambda: k_products(a, b, bk)[-1].astype(np.int32),
         "first_k_only": lambda: k_products(a, b, bk)[0].astype(np.int32)})
-    check_int32_accumulator(ran)
     if is_tpu_size(M, K, N):
         return
     check_work(ran, flops=tile_flops(M, K, N, bm, bn))
@@ -259,6 +276,7 @@ def test_dequant(M, K, N, bm, rng):
     ran = measure(quant.int8_matmul, a, a_scale, b, b_scale, bm=bm,
                   structure=tiled(M, K, N, bm, bk, bn,
                                   {0: (bm, bk), 1: (bm, 1), 2: (bk, bn), 3: (1, bn)}))
+    check_int32_accumulator(ran, scales=(a_scale, b_scale))
     truth = exact(a, b).astype(np.float64)
     rows, cols = a_scale.astype(np.float64), b_scale.astype(np.float64)
     whole = K // bk * bk
@@ -275,7 +293,6 @@ def test_dequant(M, K, N, bm, rng):
         "k_tail_dropped": lambda: (exact(a[:, :whole], b[:whole]) * rows * cols).astype(
             np.float32),
         "b_scale_follows_rows": b_scale_follows_rows})
-    check_int32_accumulator(ran)
     if is_tpu_size(M, K, N):
         return
     Kp = cdiv(K, bk) * bk
