@@ -461,7 +461,9 @@ def conv2d(x, w, *, stride=1, block_h=8, block_f=None):
     with an even H it is not symmetric. same_padding(H, KH, stride) (provided)
     returns (Ho, rows before, rows after); pad the bottom further, as in conv2d_rows,
     to (tiles * block_h - 1) * stride + KH rows, and the width to
-    (Wo - 1) * stride + KW columns.
+    (Wo - 1) * stride + KW columns. (A filter smaller than the stride, 1x1 at stride
+    2, needs no padding and leaves the last row of an even image unread: there the
+    image and its padding before are longer than that, and set the size.)
 
     Output channels in blocks. Real layers have F of 256 and more, and a filter
     (KH, KW, C, F) may not fit beside the window. A third grid axis walks F in blocks

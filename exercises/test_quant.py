@@ -524,10 +524,11 @@ def conv(x, w, stride=1, *, before=None, flip=False):
 def conv_geometry(H, W, KH, KW, stride, block_h):
     """(Ho, Wo, row tiles, window rows, padded rows Hp, padded width Wp) of the puzzle's
     schedule: each tile of block_h output rows reads (block_h - 1) * stride + KH rows."""
-    (Ho, _), (Wo, _) = same(H, KH, stride), same(W, KW, stride)
+    (Ho, top), (Wo, left) = same(H, KH, stride), same(W, KW, stride)
     tiles = cdiv(Ho, block_h)
     window = (block_h - 1) * stride + KH
-    return Ho, Wo, tiles, window, (tiles * block_h - 1) * stride + KH, (Wo - 1) * stride + KW
+    return (Ho, Wo, tiles, window, max((tiles * block_h - 1) * stride + KH, top + H),
+            max((Wo - 1) * stride + KW, left + W))
 
 
 def check_rows_read(ran, x, KH, block_h, Hp, Wp):
@@ -564,18 +565,19 @@ CONV = Structure(inside={"dot_general"}, outside={"pad"})
 
 
 @puzzle("quant.halo")
-@pytest.mark.parametrize("B, H, W, C, F, KH, block_h", [
-    pytest.param(2, 9, 7, 4, 8, 3, 4,
+@pytest.mark.parametrize("B, H, W, C, F, KH, KW, block_h", [
+    pytest.param(2, 9, 7, 4, 8, 3, 3, 4,
                  id="B=2 H=9 W=7 C=4 F=8 3x3 block_h=4 (odd sizes, a partial tile)"),
-    pytest.param(1, 16, 8, 8, 16, 5, 4, id="B=1 H=16 W=8 C=8 F=16 5x5 block_h=4"),
-    pytest.param(8, 56, 56, 128, 128, 3, 8, id="B=8 H=W=56 C=F=128 3x3 block_h=8-tpu",
+    pytest.param(1, 16, 8, 8, 16, 5, 1, 4,
+                 id="B=1 H=16 W=8 C=8 F=16 5x1 block_h=4 (a filter one column wide)"),
+    pytest.param(8, 56, 56, 128, 128, 3, 3, 8, id="B=8 H=W=56 C=F=128 3x3 block_h=8-tpu",
                  marks=on_tpu),
 ])
-def test_halo(B, H, W, C, F, KH, block_h, rng):
+def test_halo(B, H, W, C, F, KH, KW, block_h, rng):
     """SAME convolution, stride 1: right values, one dot per tap over each tile, each input
     row read a bounded number of times, a window of rows in VMEM."""
-    x, w = rng.normal((B, H, W, C)), rng.normal((KH, KH, C, F))
-    Ho, Wo, tiles, window, Hp, Wp = conv_geometry(H, W, KH, KH, 1, block_h)
+    x, w = rng.normal((B, H, W, C)), rng.normal((KH, KW, C, F))
+    Ho, Wo, tiles, window, Hp, Wp = conv_geometry(H, W, KH, KW, 1, block_h)
     ran = measure(quant.conv2d_rows, x, w, block_h=block_h, structure=CONV.where(
         grid=(B, tiles)))
     def window_by_blocks():   # window i starts at padded row i, not i * block_h: output
@@ -595,9 +597,9 @@ def test_halo(B, H, W, C, F, KH, block_h, rng):
         return
     check_rows_read(ran, x, KH, block_h, Hp, Wp)
     check_window_in_vmem(ran, x, w, ran.output, KH, block_h, F, 1, Wp)
-    check_work(ran, flops=2 * B * tiles * block_h * W * C * F * KH * KH)
+    check_work(ran, flops=2 * B * tiles * block_h * W * C * F * KH * KW)
     item = x.itemsize
-    check_traffic(ran, reference=item * (B * tiles * window * Wp * C + KH * KH * C * F
+    check_traffic(ran, reference=item * (B * tiles * window * Wp * C + KH * KW * C * F
                                          + B * H * W * F),
                   minimum=item * (x.size + w.size + B * H * W * F))
     lowers_for_tpu(ran)

@@ -339,8 +339,10 @@ def conv2d(x, w, *, stride=1, block_h=8, block_f=None):
     Wo, left, _ = same_padding(W, KW, stride)
     tiles = pl.cdiv(Ho, block_h)
     window = (block_h - 1) * stride + KH    # input rows behind block_h output rows
-    Hp = (tiles * block_h - 1) * stride + KH
-    Wp = (Wo - 1) * stride + KW
+    # Every window inside the padded image, and the image inside it: a filter smaller than
+    # the stride needs no padding, and leaves the last row (column) of an even image unread.
+    Hp = max((tiles * block_h - 1) * stride + KH, top + H)
+    Wp = max((Wo - 1) * stride + KW, left + W)
     x = jnp.pad(x, ((0, 0), (top, Hp - H - top), (left, Wp - W - left), (0, 0)))
     rows = x.reshape(B * Hp, Wp, C)
 
