@@ -181,8 +181,8 @@ def near(ratio, q, rounding):
 
 @puzzle("quant.quantize")
 @pytest.mark.parametrize("R, C, block_rows, dtype", [
-    pytest.param(40, 256, 16, "float32",
-                 id="R=40 C=256 block_rows=16 (a partial block, a row of zeros)"),
+    pytest.param(33, 256, 16, "float32",
+                 id="R=33 C=256 block_rows=16 (a last block of one row, a row of zeros)"),
     pytest.param(8, 128, 8, "bfloat16", id="R=8 C=128 block_rows=8 bf16 (one block)"),
     pytest.param(4096, 4096, 256, "bfloat16", id="R=C=4096 block_rows=256 bf16-tpu",
                  marks=on_tpu),
@@ -224,8 +224,8 @@ def test_quantize(R, C, block_rows, dtype, rng):
 # 2 -------------------------------------------------------------------------------
 @puzzle("quant.int8_dot")
 @pytest.mark.parametrize("M, K, N, bm, bk, bn", [
-    pytest.param(40, 384, 200, 32, 128, 128,
-                 id="M=40 K=384 N=200 bm=32 bk=bn=128 (partial tiles, 3 k steps)"),
+    pytest.param(33, 384, 129, 32, 128, 128,
+                 id="M=33 K=384 N=129 bm=32 bk=bn=128 (tails of one row and column, 3 k steps)"),
     pytest.param(32, 128, 128, 32, 128, 128, id="M=32 K=128 N=128 (one block: k=0 is the last k)"),
     pytest.param(2048, 2048, 2048, 256, 512, 256, id="M=K=N=2048 bm=256 bk=512 bn=256-tpu",
                  marks=on_tpu),
@@ -262,9 +262,10 @@ def scales(rng, shape):
 
 @puzzle("quant.dequant")
 @pytest.mark.parametrize("M, K, N, bm", [
-    pytest.param(40, 300, 256, 32,
-                 id="M=40 K=300 N=256 bm=32 (K not a multiple of bk, a partial row tile)"),
-    pytest.param(32, 128, 128, 128, id="M=32 K=128 N=128 bm=128 (one block)"),
+    pytest.param(33, 300, 256, 32,
+                 id="M=33 K=300 N=256 bm=32 (K not a multiple of bk, a row tile of one row)"),
+    pytest.param(32, 128, 129, 128,
+                 id="M=32 K=128 N=129 bm=128 (one k step, a column tile of one column)"),
     pytest.param(2048, 4096, 2048, 256, id="M=2048 K=4096 N=2048 bm=256-tpu", marks=on_tpu),
 ])
 def test_dequant(M, K, N, bm, rng):
@@ -359,8 +360,8 @@ def powers_of_two(rng, shape, low=-9, high=-4):
 
 @puzzle("quant.weight_only")
 @pytest.mark.parametrize("M, K, N, bm, bk, dtype", [
-    pytest.param(20, 300, 200, 16, 128, "float32",
-                 id="M=20 K=300 N=200 bm=16 bk=128 (K not a multiple of bk, partial tiles)"),
+    pytest.param(17, 300, 129, 16, 128, "float32",
+                 id="M=17 K=300 N=129 bm=16 bk=128 (K not a multiple of bk, tails of one)"),
     pytest.param(16, 1024, 128, 16, 128, "bfloat16",
                  id="M=16 K=1024 N=128 bm=16 bk=128 bf16 (8 k steps, exact)"),
     pytest.param(1024, 4096, 4096, 256, 512, "bfloat16",
@@ -426,8 +427,8 @@ def dequantized(u, scales, zeros, group_size):
 
 @puzzle("quant.int4")
 @pytest.mark.parametrize("M, K, N, group_size, bm, dtype", [
-    pytest.param(20, 384, 200, 128, 16, "float32",
-                 id="M=20 K=384 N=200 group_size=128 bm=16 (3 groups, partial tiles)"),
+    pytest.param(17, 384, 129, 128, 16, "float32",
+                 id="M=17 K=384 N=129 group_size=128 bm=16 (3 groups, tails of one)"),
     pytest.param(16, 1024, 128, 128, 16, "bfloat16",
                  id="M=16 K=1024 N=128 group_size=128 bf16 (8 groups, exact)"),
     pytest.param(1024, 4096, 4096, 128, 256, "bfloat16",
@@ -608,8 +609,9 @@ def test_halo(B, H, W, C, F, KH, KW, block_h, rng):
 # 7 -------------------------------------------------------------------------------
 @puzzle("quant.strided")
 @pytest.mark.parametrize("B, H, W, C, F, KH, stride, block_h, block_f", [
-    pytest.param(2, 9, 7, 4, 256, 3, 2, 2, 128,
-                 id="B=2 H=9 W=7 C=4 F=256 3x3 stride=2 block_h=2 block_f=128"),
+    pytest.param(2, 9, 7, 4, 129, 3, 2, 2, 128,
+                 id="B=2 H=9 W=7 C=4 F=129 3x3 stride=2 block_h=2 block_f=128 (a last "
+                    "channel block of one)"),
     pytest.param(1, 8, 8, 8, 8, 5, 2, 4, None,
                  id="B=1 H=W=8 C=F=8 5x5 stride=2 block_h=4 (even sizes, one tile)"),
     pytest.param(8, 56, 56, 128, 256, 3, 2, 8, 128,
@@ -654,13 +656,16 @@ def test_strided(B, H, W, C, F, KH, stride, block_h, block_f, rng):
 @pytest.mark.parametrize("bad", [
     pytest.param("w", id="w with another C"),
     pytest.param("stride", id="stride=0"),
+    pytest.param("block_f", id="block_f=255 for F=256 (neither all of F nor 128s)"),
 ])
 def test_strided_checks_its_arguments(bad, rng):
-    x, w = rng.normal((1, 8, 8, 4)), rng.normal((3, 3, 4, 8))
-    stride = 1
+    x, w = rng.normal((1, 8, 8, 4)), rng.normal((3, 3, 4, 256))
+    stride, block_f = 1, None
     if bad == "w":
         w = w[:, :, :2]
-    else:
+    elif bad == "stride":
         stride = 0
-    called = f"conv2d(x {x.shape}, w {w.shape}, stride={stride})"
-    raises_naming(bad, called, quant.conv2d, x, w, stride=stride, block_h=4)
+    else:
+        block_f = 255
+    called = f"conv2d(x {x.shape}, w {w.shape}, stride={stride}, block_f={block_f})"
+    raises_naming(bad, called, quant.conv2d, x, w, stride=stride, block_h=4, block_f=block_f)
