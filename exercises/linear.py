@@ -253,8 +253,12 @@ def decay_factors(log_decay):
     a difference of logs. For within, the exponent b_i - b_j is positive above the
     diagonal (and may overflow there): put -inf there first (jnp.where), then exp:
     exp(-inf) is 0, and the mask comes for free. The other three never overflow.
+    (Masking after the exp, exp(b_i - b_j) times a 0/1 mask, passes on a CPU, where
+    XLA turns the product into a select; on a TPU inf * 0 is NaN. The tests evaluate
+    this function one operation at a time and read your kernels' programs for it.)
 
-    Plain JAX on values, no refs: gated_kernel and gated_delta_kernel call it.
+    Plain JAX on values, no refs: gated_kernel and gated_delta_kernel call it. It has a
+    test of its own (pytest exercises/test_linear.py -k decay_factors).
     """
     raise NotImplementedError
 
@@ -307,7 +311,8 @@ def forward_substitution(lower, rhs):
     Start the carry from rhs (every row defined; rows after i are replaced when their
     turn comes).
 
-    Plain JAX on values: delta_kernel and gated_delta_kernel call it.
+    Plain JAX on values: delta_kernel and gated_delta_kernel call it. It has a test of
+    its own (pytest exercises/test_linear.py -k forward_substitution).
     """
     raise NotImplementedError
 

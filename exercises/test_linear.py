@@ -6,7 +6,9 @@
 
 Every test compares your code with the recurrence itself, S_t updated one token at a
 time in float64 NumPy, on at least two shapes (one an edge case: a single chunk, beta
-0 or 1, decay strong enough to underflow, bfloat16). The kernel tests then count the
+0 or 1, decay strong enough to underflow, bfloat16). The helpers decay_factors and
+forward_substitution have small tests of their own, under their puzzles (gating,
+delta_rule), so that a mistake in one is named where it is. The kernel tests then count the
 dot work your kernel executed (O(T * chunk) per head, never O(T^2)) and the bytes it
 moved between HBM and VMEM (each input read once, the output written once: the state
 never leaves VMEM), check that the chunk axis runs in order, and that the kernel
@@ -25,6 +27,7 @@ import pytest
 
 from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_vmem,
                                  check_work, fail, lowers_for_tpu, measure, run_jax)
+from pytest_pallas_hints import jaxcompat
 
 linear = chapter("linear")
 
@@ -84,7 +87,9 @@ def recurrence(q, k, v, log_decay=None, beta=None, *, read_first=False,
 def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry=True,
               state_first=False, reset_per_head=True, decay_twice=False, exclusive=False,
               since_start=True, until_end=True, across=True, solve="j<i", erase="decayed",
-              beta_on_keys=False, read_bf16=False, state_bf16=False):
+              beta_on_keys=False, beta_in_lower=True, beta_in_rhs=True,
+              last_row_unsolved=False, read_bf16=False, predict_bf16=False,
+              state_bf16=False):
     """o [B, N, T, Hv] in float64, chunk by chunk as the kernels compute it, with flags
     for the known near-misses (the defaults give the right answer):
       causal      "j<=i" right, "j<i" the diagonal left out, "all" the future seen;
@@ -99,7 +104,12 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
                   right-hand side);
       erase       "decayed" right, "undecayed" S_prev not decayed to row i, "none" no
                   erase at all (u = beta v); beta_on_keys: u = v - beta k S;
-      read_bf16, state_bf16: the state read through, or kept in, bfloat16."""
+      beta_in_lower, beta_in_rhs: False leaves beta out of L, or out of the
+                  right-hand side beta (V - K S);
+      last_row_unsolved  the solve stops a row short (the last row keeps its
+                  right-hand side);
+      read_bf16, predict_bf16, state_bf16: the state rounded to bfloat16 for q S, for
+                  the delta rule's prediction K S, or kept in bfloat16."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     B, N, T, H = q.shape
     o = np.zeros(v.shape)
@@ -129,15 +139,18 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
                     if erase == "none":
                         u = bt * V
                     else:
-                        pred = K @ S * (factor if erase == "decayed" else 1.0)
-                        u = V - bt * pred if beta_on_keys else bt * (V - pred)
+                        pred = K @ (bf16(S) if predict_bf16 else S) * (
+                            factor if erase == "decayed" else 1.0)
+                        u = V - bt * pred if beta_on_keys else (
+                            bt if beta_in_rhs else 1.0) * (V - pred)
                         if solve is not None:
                             keep = np.tril(np.ones((C, C)), 0 if solve == "j<=i" else -1)
-                            decay = 1.0 if solve == "undecayed" else np.exp(
-                                np.minimum(cum[:, None] - cum[None, :], 0))
-                            lower = keep * bt * (K @ K.T) * decay
-                            for i in range(C):   # rows of u in order, in place
-                                u[i] = u[i] - lower[i] @ u
+                            decay = 1.0 if solve == "undecayed" else np.exp(np.where(
+                                keep > 0, cum[:, None] - cum[None, :], -np.inf))
+                            lower = np.where(keep > 0, (bt if beta_in_lower else 1.0)
+                                             * (K @ K.T) * decay, 0.0)
+                            for i in range(C - 1 if last_row_unsolved else C):
+                                u[i] = u[i] - lower[i] @ u   # rows of u in order, in place
                 new_S = whole * S + (K * to_end).T @ u
                 if state_bf16:
                     new_S = bf16(new_S)
@@ -171,6 +184,37 @@ def gates(rng, B, N, T, *, strength=0.2, edges=False):
     return log_decay, beta
 
 
+def hidden_value(rng, B, N, T, H, Hv, log_decay, beta, *, chunk, share=0.8, scale=1000.0):
+    """bf16 q, k [B, N, T, H] and v [B, N, T, Hv] for the delta rule, with a state that
+    holds one large value which every prediction k S reads and no output q S sees.
+
+    One key direction d (all ones, normalised) carries a value of about `scale`: tokens 0
+    and 1 write it (key d, beta 1), and every later key has `share` of d and a value that
+    is that share of it, decayed as the state is, plus O(1) noise. The queries are
+    orthogonal to d. So k S is about `scale` for every key while the outputs are O(1): a
+    state rounded to bf16 (8 significant bits) before k S errs by about scale / 512 in
+    every prediction, and that error is written back along the keys, where q sees it.
+    Sets beta to 1 on tokens 0 and 1 and log_decay to 0 in the first chunk (in place), so
+    that the large writes are rounded only as the inputs are."""
+    beta[..., :2] = 1.0
+    if log_decay is not None:
+        log_decay[..., :chunk] = 0.0
+    d = np.ones(H) / np.sqrt(H)
+    noise = rng.normal((B, N, T, H), "float64")
+    noise -= noise.mean(axis=-1, keepdims=True)
+    noise /= np.linalg.norm(noise, axis=-1, keepdims=True)
+    k = share * d + np.sqrt(1 - share ** 2) * noise
+    k[:, :, :2] = d
+    q = rng.normal((B, N, T, H), "float64")
+    q -= q.mean(axis=-1, keepdims=True)
+    q, k = (x.astype(jnp.bfloat16) for x in (q, k))
+    decayed = 1.0 if log_decay is None else np.exp(
+        np.cumsum(np.asarray(log_decay, np.float64), axis=-1))
+    along_d = np.asarray(k, np.float64) @ d * decayed
+    v = rng.normal((B, N, T, Hv), "float64") + scale * along_d[..., None]
+    return q, k, v.astype(jnp.bfloat16)
+
+
 def expected_and_wrong(q, k, v, log_decay=None, beta=None, *, chunk, dtype):
     """The expected output in the inputs' dtype, and a function that makes the output
     of a known near-miss (chunkwise with its flags) in the same dtype."""
@@ -188,10 +232,13 @@ def tolerance(dtype):
 
 # --- what every chunked kernel must do -------------------------------------------
 
-def chunked_structure(B, N, T, H, Hv, chunk, base=MATMULS):
-    return base.where(grid=(B, N, T // chunk),
-                      blocks={0: (None, None, chunk, H), 1: (None, None, chunk, H),
-                              2: (None, None, chunk, Hv)})
+def chunked_structure(B, N, T, H, Hv, chunk, base=MATMULS, per_token=0):
+    """One chunk of rows per grid step, for q, k, v and each per-token array (log_decay,
+    beta), which travels as [B, N, T, 1] in (chunk, 1) blocks: checked before the run, so
+    that (chunk,) blocks are named by the (8, 128) rule, not by their wrong values."""
+    blocks = {0: (None, None, chunk, H), 1: (None, None, chunk, H), 2: (None, None, chunk, Hv)}
+    blocks.update({3 + n: (None, None, chunk, 1) for n in range(per_token)})
+    return base.where(grid=(B, N, T // chunk), blocks=blocks)
 
 
 def chunk_flops(B, N, T, H, Hv, chunk, *, delta=False):
@@ -238,6 +285,186 @@ def check_moves_once(ran, *arrays, out_bytes):
                 [("bytes", f"read {read:,} B of an input of {array.nbytes:,} B")])
     needed = sum(a.nbytes for a in arrays) + out_bytes
     check_traffic(ran, reference=needed, minimum=needed)
+
+
+OVERFLOW_TIMES_ZERO = (
+    "exp before masking: above the diagonal b_i - b_j > 0, so with strong decay exp(b_i - "
+    "b_j) overflows to inf there, and a 0/1 mask times inf is NaN on a TPU. XLA on CPU turns "
+    "that product into a select, so your values look right here; the kit reads the exp and "
+    "the mask from your program. Mask the exponent first, then exp: "
+    "jnp.exp(jnp.where(col <= row, b - b_row, -jnp.inf)); exp(-inf) is 0.")
+
+
+# --- read from your kernel's program: what the values on a CPU cannot show --------
+
+def _labelled(jaxpr, rule, labels=()):
+    """Labels every value of `jaxpr` forward, from the labels of its inputs: `rule(eqn,
+    ins)` gives the labels of an equation's outputs from those of its inputs and may
+    yield findings, which this yields. A jit's body (jnp.where is one) is walked with
+    the caller's labels; the bodies of loops and branches on their own."""
+    label = dict(zip(jaxpr.invars, labels))
+
+    def of(v):
+        return frozenset({"const"}) if jaxcompat.is_literal(v) else label.get(v, frozenset())
+
+    for eqn in jaxpr.eqns:
+        ins = [of(v) for v in eqn.invars]
+        inner = jaxcompat.inlined(eqn)
+        if inner is not None:
+            outs = yield from _labelled(inner[0], rule, ins)
+        else:
+            for body, _ in jaxcompat.sub_jaxprs(eqn):
+                yield from _labelled(body, rule)
+            out = yield from rule(eqn, ins)
+            outs = [out] * len(eqn.outvars)
+        label.update(zip(eqn.outvars, outs))
+    return [of(v) for v in jaxpr.outvars]
+
+
+# Ops through which a value keeps its labels: elementwise arithmetic, casts, and
+# relabellings of the same values.
+_KEEPS = {"mul", "div", "add", "sub", "neg", "convert_element_type", "broadcast_in_dim",
+          "reshape", "transpose", "squeeze", "expand_dims", "get"}
+
+
+def _exp_times_mask(eqn, ins):
+    """Labels: ("exp", eqn) an exp of an exponent that nothing bounded (no jnp.where, no
+    minimum), or arithmetic on one; "mask" a 0/1 float made from a comparison
+    ((col <= row).astype(...), a bool times a float, jnp.where(col <= row, 1.0, 0.0));
+    "const" a literal; "bounded" a jnp.where or a minimum. Finds (exp, mul): a mask
+    times an unbounded exp."""
+    name = eqn.primitive.name
+    exps = {x for found in ins for x in found if isinstance(x, tuple)}
+    if name == "mul" and any("mask" in found for found in ins):
+        for exp in exps:
+            yield exp[1], eqn
+    if name == "exp":
+        return frozenset() if "bounded" in ins[0] else frozenset({("exp", eqn)})
+    if name in ("select_n", "min", "clamp"):
+        constant = all("const" in found for found in ins[1:])   # jnp.where(c, 1.0, 0.0)
+        return frozenset({"bounded", "mask"} if constant else {"bounded"})
+    if name == "convert_element_type" and eqn.invars[0].aval.dtype == np.bool_:
+        return frozenset({"mask"})
+    out = set(exps) if name in _KEEPS else set()
+    if name in _KEEPS - {"mul", "div", "add", "sub", "neg"}:
+        out |= {x for found in ins for x in found if x in ("mask", "bounded", "const")}
+    return frozenset(out)
+
+
+def check_decay_masked(ran):
+    """No exp in the gated kernels is multiplied by a 0/1 mask: an overflow times zero is
+    NaN on a TPU, and XLA on CPU hides it (it turns x * convert(mask) into a select)."""
+    for site in ran.program.sites:
+        kernel = jaxcompat.open_jaxpr(site.call.kernel)[0]
+        for exp, mul in _labelled(kernel, _exp_times_mask):
+            shape = "x".join(map(str, exp.outvars[0].aval.shape))
+            fail("decay_overflow", OVERFLOW_TIMES_ZERO,
+                 [("kernel", f"{site.call.name}(): an exp ({shape}) of an exponent no "
+                             "jnp.where bounds, times a 0/1 mask made from a comparison")]
+                 + [("at", line) for line in _chapter_line(mul)])
+
+
+def _narrow_state(eqn, ins):
+    """Labels: "q", "k" values from those inputs, "state" the state scratch (as it is,
+    decayed or updated, never through a matmul), "narrow" the state cast to a float
+    narrower than 32 bits. Finds (dot, the labels of its other operand, the narrow dtype):
+    a matmul with a narrow state."""
+    name = eqn.primitive.name
+    if name == "dot_general":
+        for narrow, other in ((0, 1), (1, 0)):
+            if "narrow" in ins[narrow]:
+                yield eqn, ins[other], eqn.invars[narrow].aval.dtype
+        return frozenset()
+    if name not in _KEEPS:
+        return frozenset()
+    out = frozenset().union(*ins)
+    if name == "convert_element_type" and "state" in out:
+        dtype = np.dtype(eqn.params["new_dtype"])
+        if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize < 4:
+            return out | {"narrow"}
+    return out
+
+
+def check_state_read_in_float32(ran):
+    """No matmul reads the state rounded to bf16: q S (the output) and k S (the delta
+    rule's prediction) read it in float32. The state scratch itself may be float32 and
+    the rounding still happen on the way into the matmul, where the precision rule (what
+    is carried) does not look."""
+    for site in ran.program.sites:
+        kernel = jaxcompat.open_jaxpr(site.call.kernel)[0]
+        labels = [frozenset() for _ in kernel.invars]
+        for j, inputs in enumerate(site.inputs):   # operands, by which input they are
+            labels[j] = frozenset({"q"} if 0 in inputs else {"k"} if 1 in inputs else ())
+        for j in range(len(kernel.invars) - len(site.call.scratch), len(kernel.invars)):
+            labels[j] = frozenset({"state"})
+        for dot, other, dtype in _labelled(kernel, _narrow_state, labels):
+            kind, product = (("prediction_in_bf16", "k S") if "k" in other else
+                             ("state_read_in_bf16", "q S"))
+            fail(kind, (
+                f"the state was rounded to bf16 for {product}: S holds large values whose "
+                "low bits bf16 drops. Read it in float32: cast the other operand up, "
+                "never S down (jnp.dot(x.astype(jnp.float32), state, "
+                "preferred_element_type=jnp.float32))."),
+                [("kernel", f"{site.call.name}(): {product} reads the state in {dtype}")]
+                + [("at", line) for line in _chapter_line(dot)])
+
+
+def _chapter_line(eqn):
+    """["exercises/linear.py:123"]: the line of the learner's code that made `eqn`, if known."""
+    for path, line in jaxcompat.frames(eqn):
+        path = path.replace("\\", "/")
+        if "/jax/" not in path and "pytest_pallas_hints" not in path \
+                and not path.endswith("test_linear.py") and "/python3." not in path:
+            return [f"{'/'.join(path.split('/')[-2:])}:{line}"]
+    return []
+
+
+def check_state_reset_once(ran):
+    """The state is zeroed under pl.when only: a store of zeros into a scratch, outside
+    any pl.when and before anything reads it, runs at every grid step."""
+    for site in ran.program.sites:
+        kernel = jaxcompat.open_jaxpr(site.call.kernel)[0]
+        scratch = set(kernel.invars[len(kernel.invars) - len(site.call.scratch):])
+        zeros, used = set(), set()
+
+        def zero(v):
+            return not np.any(v.val) if jaxcompat.is_literal(v) else v in zeros
+
+        for eqn in kernel.eqns:
+            name = eqn.primitive.name
+            if name in ("broadcast_in_dim", "convert_element_type", "reshape") \
+                    and zero(eqn.invars[0]):
+                zeros.add(eqn.outvars[0])
+            refs = [v for v in eqn.invars if not jaxcompat.is_literal(v) and v in scratch]
+            if name == "swap" and refs and eqn.invars[0] not in used and zero(eqn.invars[1]):
+                fail("reset_every_step", (
+                    "S is reset at every step: the store of zeros into the state scratch "
+                    "runs outside any pl.when, at every grid step, before the state is read, "
+                    "so every chunk starts from an empty state and the earlier chunks never "
+                    "reach it. Put it under @pl.when(pl.program_id(2) == 0): only the first "
+                    "chunk of each sequence starts from zeros."),
+                    [("kernel", f"{site.call.name}(): a store of zeros into a scratch of "
+                                f"shape {eqn.invars[0].aval.shape} at every grid step")]
+                    + [("at", line) for line in _chapter_line(eqn)])
+            used.update(refs)
+
+
+def check_chunk_rounded(ran, *, T, chunk):
+    """A chunk longer than the sequence shrinks to T rounded up to a multiple of 8."""
+    C = min(chunk, -(-T // 8) * 8)
+    for site in ran.program.sites:
+        shape = site.call.blocks[0].block_shape
+        rows = shape[-2] if len(shape) >= 2 else None
+        if rows is not None and rows != C and rows % 8:
+            fail("chunk_not_rounded", (
+                f"{site.call.name}() ran with chunks of {rows} rows: a chunk longer than the "
+                f"sequence shrinks to T rounded up to a multiple of 8 ({C} here), not to T "
+                "itself, and T is padded with zeros up to it. The values are right, and a "
+                "block as long as the whole T is legal; but a TPU lays VMEM out in tiles of "
+                "8 rows, so a shorter block takes a whole tile anyway, and this puzzle's "
+                "kernels work on whole tiles."),
+                [("chunk", f"{site.call.name}(): yours {rows} rows · the puzzle's {C} "
+                           f"(T={T}, chunk={chunk})")])
 
 
 # 1 -------------------------------------------------------------------------
@@ -315,6 +542,8 @@ def test_chunked(B, N, T, H, Hv, chunk, dtype, offset, rng):
     ran = measure(linear.chunked_call, q, k, v, kernel=linear.linear_kernel, chunk=chunk,
                   structure=chunked_structure(B, N, T, H, Hv, chunk))
     check_chunks_in_order(ran)
+    check_state_reset_once(ran)
+    check_state_read_in_float32(ran)
     check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=tolerance(dtype),
           likely={"state_first": wrong(state_first=True),
                   "state_dropped": wrong(carry=False),
@@ -337,6 +566,53 @@ def test_chunked(B, N, T, H, Hv, chunk, dtype, offset, rng):
 
 # 4 -------------------------------------------------------------------------
 @puzzle("linear.gating")
+@pytest.mark.parametrize("C, strength", [
+    # 64 steps of up to -5: b_i - b_j reaches about 160 above the diagonal, where
+    # exp overflows float32.
+    pytest.param(64, 5.0, id="C=64 log_decay>=-5 (one chunk's decays, strong)"),
+])
+def test_gating_decay_factors(C, strength, rng):
+    """decay_factors on its own: its four outputs, evaluated one operation at a time, as a
+    TPU rounds them (compiled for CPU, XLA would turn a multiply by a mask into a select,
+    which hides an inf times zero)."""
+    log_decay = rng.uniform((C, 1), -strength, 0.0)
+    with jax.disable_jit():   # op by op: no rewrite across operations
+        factors = linear.decay_factors(jnp.asarray(log_decay))
+    names = ("within", "since_start", "until_end", "across")
+    shapes = ((C, C), (C, 1), (C, 1), (1, 1))
+    if not isinstance(factors, (tuple, list)) or len(factors) != 4:
+        fail("factors_returned", "decay_factors returns a tuple of four arrays: (within "
+             "(C, C), since_start (C, 1), until_end (C, 1), across (1, 1)).")
+    factors = [np.asarray(x) for x in factors]
+    for name, yours, shape in zip(names, factors, shapes):
+        if yours.shape != shape:
+            fail("factor_shape", f"{name} should have shape {shape}, not {yours.shape}: "
+                 "sum with keepdims=True, so that a (C, 1) column scales the rows of q S "
+                 "and of k by broadcasting.", [("shape", f"{name}: expected {shape} · yours "
+                                                         f"{yours.shape}")])
+    a = np.asarray(log_decay, np.float64)[:, 0]
+
+    def factors_of(b):   # b: the cumulative log decay, (C,)
+        total = a.sum()
+        within = np.where(np.tri(C, dtype=bool),
+                          np.exp(np.minimum(b[:, None] - b[None, :], 0.0)), 0.0)
+        return dict(within=within, since_start=np.exp(b)[:, None],
+                    until_end=np.exp(total - b)[:, None], across=np.full((1, 1), np.exp(total)))
+
+    expected = factors_of(np.cumsum(a))
+    exclusive = factors_of(np.cumsum(a) - a)
+    nan = np.isnan(factors[0])
+    if nan.any() and not nan[np.tri(C, dtype=bool)].any():   # inf * 0 above the diagonal
+        fail("decay_overflow", OVERFLOW_TIMES_ZERO, [
+            ("within", f"{int(nan.sum())} of the {C * (C - 1) // 2} entries above the "
+                       "diagonal are NaN, evaluated one operation at a time (as a TPU "
+                       "computes them, with no rewrite of the product into a select)")])
+    for name, yours in zip(names, factors):
+        check(yours, expected[name].astype(np.float32), name=name, tolerance=1e-3,
+              likely={"decay_exclusive": exclusive[name].astype(np.float32)})
+
+
+@puzzle("linear.gating")
 @pytest.mark.parametrize("B, N, T, H, Hv, chunk, strength", [
     pytest.param(1, 2, 64, 32, 64, 16, 0.2, id="B=1 N=2 T=64 H=32 Hv=64 chunk=16 log_decay>=-0.2"),
     # 64 steps of up to -5: b reaches about -160 inside a chunk, past float32's exp range.
@@ -350,8 +626,11 @@ def test_gating(B, N, T, H, Hv, chunk, strength, rng):
     log_decay, _ = gates(rng, B, N, T, strength=strength)
     expected, wrong = expected_and_wrong(q, k, v, log_decay, chunk=chunk, dtype="float32")
     ran = measure(linear.chunked_call, q, k, v, log_decay, kernel=linear.gated_kernel,
-                  chunk=chunk, structure=chunked_structure(B, N, T, H, Hv, chunk, DECAYED))
+                  chunk=chunk, structure=chunked_structure(B, N, T, H, Hv, chunk, DECAYED,
+                                                           per_token=1))
     check_chunks_in_order(ran)
+    check_state_reset_once(ran)
+    check_state_read_in_float32(ran)
     check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=1e-4,
           likely={"decay_twice": wrong(decay_twice=True),
                   "decay_exclusive": wrong(exclusive=True),
@@ -359,7 +638,9 @@ def test_gating(B, N, T, H, Hv, chunk, strength, rng):
                   "writes_not_decayed": wrong(until_end=False),
                   "rows_not_decayed": wrong(since_start=False),
                   "diagonal_excluded": wrong(causal="j<i"),
-                  "state_first": wrong(state_first=True)})
+                  "state_first": wrong(state_first=True),
+                  "state_dropped": wrong(carry=False)})
+    check_decay_masked(ran)
     if is_tpu_size(B, N, T):
         return
     check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk))
@@ -368,25 +649,68 @@ def test_gating(B, N, T, H, Hv, chunk, strength, rng):
 
 # 5 -------------------------------------------------------------------------
 @puzzle("linear.delta_rule")
-@pytest.mark.parametrize("B, N, T, H, Hv, chunk, edges", [
-    pytest.param(1, 2, 64, 32, 64, 16, False, id="B=1 N=2 T=64 H=32 Hv=64 chunk=16"),
-    pytest.param(1, 1, 64, 16, 16, 32, True, id="B=N=1 T=64 H=Hv=16 chunk=32 (beta 0 or 1)"),
-    pytest.param(4, 8, 4096, 128, 128, 64, False, id="B=4 N=8 T=4096 H=Hv=128 chunk=64-tpu",
-                 marks=on_tpu),
+@pytest.mark.parametrize("C, W", [pytest.param(16, 24, id="C=16 W=24")])
+def test_delta_rule_forward_substitution(C, W, rng):
+    """forward_substitution on its own, against a triangular solve in float64."""
+    lower = np.tril(rng.uniform((C, C), -0.5, 0.5), -1).astype(np.float32)
+    rhs = rng.normal((C, W))
+    system = np.eye(C) + np.asarray(lower, np.float64)
+    expected = np.linalg.solve(system, np.asarray(rhs, np.float64))
+
+    def last_row_unsolved():
+        return np.concatenate([expected[:-1], rhs[-1:]]).astype(np.float32)
+
+    def all_rows_changed():   # no jnp.where: step i subtracts lower_i @ u from every row
+        u = np.asarray(rhs, np.float64)
+        for i in range(C):
+            u = u - lower[i] @ u
+        return u.astype(np.float32)
+
+    check(run_jax(linear.forward_substitution, lower, rhs), expected.astype(np.float32),
+          name="u", tolerance=1e-4, likely={"last_row_unsolved": last_row_unsolved,
+                                            "all_rows_changed": all_rows_changed})
+
+
+def delta_likely(wrong):
+    """The known near-misses of the delta rule's kernels (puzzles 5 and 6)."""
+    return {"solve_diagonal": wrong(solve="j<=i"),
+            "beta_on_keys": wrong(beta_on_keys=True),
+            "beta_left_out_of_lower": wrong(beta_in_lower=False),
+            "beta_left_out_of_rhs": wrong(beta_in_rhs=False),
+            "last_row_unsolved": wrong(last_row_unsolved=True),
+            "no_solve": wrong(solve=None),
+            "no_erase": wrong(erase="none"),
+            "state_first": wrong(state_first=True),
+            "state_dropped": wrong(carry=False),
+            "prediction_in_bf16": wrong(predict_bf16=True),
+            "state_read_in_bf16": wrong(read_bf16=True)}
+
+
+@puzzle("linear.delta_rule")
+@pytest.mark.parametrize("B, N, T, H, Hv, chunk, edges, dtype", [
+    pytest.param(1, 2, 64, 32, 64, 16, False, "float32", id="B=1 N=2 T=64 H=32 Hv=64 chunk=16"),
+    # One key direction holds a value of about 1000 that every prediction k S reads and
+    # no query sees (hidden_value): bf16 would keep only its top bits.
+    pytest.param(1, 1, 128, 16, 32, 16, True, "bfloat16",
+                 id="B=N=1 T=128 H=16 Hv=32 chunk=16 bf16 (8 chunks, beta 0 or 1, "
+                    "a large hidden value)"),
+    pytest.param(4, 8, 4096, 128, 128, 64, False, "float32",
+                 id="B=4 N=8 T=4096 H=Hv=128 chunk=64-tpu", marks=on_tpu),
 ])
-def test_delta_rule(B, N, T, H, Hv, chunk, edges, rng):
-    q, k, v = inputs(rng, B, N, T, H, Hv, normalised=True)
+def test_delta_rule(B, N, T, H, Hv, chunk, edges, dtype, rng):
     _, beta = gates(rng, B, N, T, edges=edges)
-    expected, wrong = expected_and_wrong(q, k, v, beta=beta, chunk=chunk, dtype="float32")
+    if dtype == "float32":
+        q, k, v = inputs(rng, B, N, T, H, Hv, normalised=True)
+    else:
+        q, k, v = hidden_value(rng, B, N, T, H, Hv, None, beta, chunk=chunk)
+    expected, wrong = expected_and_wrong(q, k, v, beta=beta, chunk=chunk, dtype=dtype)
     ran = measure(linear.chunked_call, q, k, v, beta, kernel=linear.delta_kernel,
-                  chunk=chunk, structure=chunked_structure(B, N, T, H, Hv, chunk))
+                  chunk=chunk, structure=chunked_structure(B, N, T, H, Hv, chunk, per_token=1))
     check_chunks_in_order(ran)
-    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=1e-4,
-          likely={"solve_diagonal": wrong(solve="j<=i"),
-                  "beta_on_keys": wrong(beta_on_keys=True),
-                  "no_solve": wrong(solve=None),
-                  "no_erase": wrong(erase="none"),
-                  "state_first": wrong(state_first=True)})
+    check_state_reset_once(ran)
+    check_state_read_in_float32(ran)
+    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
+          tolerance=tolerance(dtype), likely=delta_likely(wrong))
     if is_tpu_size(B, N, T):
         return
     check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk, delta=True))
@@ -395,28 +719,41 @@ def test_delta_rule(B, N, T, H, Hv, chunk, edges, rng):
 
 # 6 -------------------------------------------------------------------------
 @puzzle("linear.gated_delta")
-@pytest.mark.parametrize("B, N, T, H, Hv, chunk, strength, edges", [
-    pytest.param(1, 2, 64, 32, 64, 16, 0.2, False,
+@pytest.mark.parametrize("B, N, T, H, Hv, chunk, strength, edges, dtype", [
+    pytest.param(1, 2, 64, 32, 64, 16, 0.2, False, "float32",
                  id="B=1 N=2 T=64 H=32 Hv=64 chunk=16 log_decay>=-0.2"),
-    pytest.param(1, 1, 96, 16, 32, 32, 5.0, True,
+    pytest.param(1, 1, 96, 16, 32, 32, 5.0, True, "float32",
                  id="B=N=1 T=96 H=16 Hv=32 chunk=32 log_decay>=-5 (beta 0 or 1)"),
-    pytest.param(4, 8, 4096, 128, 128, 64, 1.0, False,
+    # As delta_rule's bf16 configuration, with a weak decay that the values follow.
+    pytest.param(1, 1, 128, 16, 32, 16, 0.02, False, "bfloat16",
+                 id="B=N=1 T=128 H=16 Hv=32 chunk=16 log_decay>=-0.02 bf16 (8 chunks, "
+                    "a large hidden value)"),
+    pytest.param(4, 8, 4096, 128, 128, 64, 1.0, False, "float32",
                  id="B=4 N=8 T=4096 H=Hv=128 chunk=64-tpu", marks=on_tpu),
 ])
-def test_gated_delta(B, N, T, H, Hv, chunk, strength, edges, rng):
-    q, k, v = inputs(rng, B, N, T, H, Hv, normalised=True)
+def test_gated_delta(B, N, T, H, Hv, chunk, strength, edges, dtype, rng):
     log_decay, beta = gates(rng, B, N, T, strength=strength, edges=edges)
-    expected, wrong = expected_and_wrong(q, k, v, log_decay, beta, chunk=chunk, dtype="float32")
+    if dtype == "float32":
+        q, k, v = inputs(rng, B, N, T, H, Hv, normalised=True)
+    else:
+        q, k, v = hidden_value(rng, B, N, T, H, Hv, log_decay, beta, chunk=chunk)
+    expected, wrong = expected_and_wrong(q, k, v, log_decay, beta, chunk=chunk, dtype=dtype)
     ran = measure(linear.chunked_call, q, k, v, beta, log_decay,
                   kernel=linear.gated_delta_kernel, chunk=chunk,
-                  structure=chunked_structure(B, N, T, H, Hv, chunk, DECAYED))
+                  structure=chunked_structure(B, N, T, H, Hv, chunk, DECAYED, per_token=2))
     check_chunks_in_order(ran)
-    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=1e-4,
+    check_state_reset_once(ran)
+    check_state_read_in_float32(ran)
+    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
+          tolerance=tolerance(dtype),
           likely={"undecayed_solve": wrong(solve="undecayed"),
                   "erase_undecayed": wrong(erase="undecayed"),
                   "decay_twice": wrong(decay_twice=True),
-                  "solve_diagonal": wrong(solve="j<=i"),
-                  "no_solve": wrong(solve=None)})
+                  # beta_ref and log_decay_ref taken in the other order
+                  "gates_swapped": lambda: chunkwise(q, k, v, beta, log_decay,
+                                                     chunk=chunk).astype(dtype),
+                  **delta_likely(wrong)})
+    check_decay_masked(ran)
     if is_tpu_size(B, N, T):
         return
     check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk, delta=True))
@@ -464,12 +801,17 @@ def test_api(B, N, T, H, Hv, chunk, dtype, names, rng):
             padded = {key: np.pad(x, ((0, 0), (0, 0), (pad, 0))) for key, x in gate.items()}
             return recurrence(*front, **padded)[:, :, :T].astype(dtype)
 
+        likely = {"padded_in_front": shifted}
+        if len(gate) == 2:   # beta and log_decay handed to the kernel in the other order
+            likely["gates_swapped"] = lambda: recurrence(
+                q, k, v, log_decay=beta, beta=log_decay).astype(dtype)
         check(yours, recurrence(q, k, v, **gate).astype(dtype), name=name,
               blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=tolerance(dtype),
-              likely={"padded_in_front": shifted})
+              likely=likely)
     if is_tpu_size(B, N, T):
         return
     # A chunk longer than the sequence shrinks to it, rounded up to 8 rows.
+    check_chunk_rounded(ran, T=T, chunk=chunk)
     C = min(chunk, -(-T // 8) * 8)
     padded = -(-T // C) * C
     check_work(ran, flops=sum(chunk_flops(B, N, padded, H, Hv, C, delta="delta" in name)

@@ -70,11 +70,17 @@ def check_own_copies(ran, *, read=None, written=None, copies=None, what="x",
                 "not by indexing the HBM ref itself, which a TPU kernel cannot load from."),
                 [("dma", f"{direction}: yours {moved} B in {count} copies · expected "
                          f"{expected} B")])
-        if direction == "read" and copies is not None and count != copies:
+        if direction == "read" and copies is not None and count < copies:
             fail("copies", (
                 f"your kernel read {what} in {count} DMA{'s' * (count != 1)}; the puzzle "
                 f"copies one chunk at a time, {copies} copies: a copy of the whole array "
                 "needs VMEM for all of it, which a long array does not have."),
+                [("dma", f"yours {count} copies · one per chunk: {copies}")])
+        if direction == "read" and copies is not None and count > copies:
+            fail("copies_many", (
+                f"your kernel read {what} in {count} DMAs, more than its {copies} chunks: "
+                "each copy moves one whole chunk of rows, and there is one per chunk "
+                "(smaller pieces pay a DMA's fixed cost more often)."),
                 [("dma", f"yours {count} copies · one per chunk: {copies}")])
 
 
@@ -281,12 +287,17 @@ def test_emit_pipeline(S, D, chunk, rng):
 PAGED = MANUAL.where(inside={"dma_start", "dma_wait", "dot_general", "exp"}, prefetch=True)
 
 
-def paged_inputs(rng, B, N, K, H, L, pages_per_sequence, dtype):
+def paged_inputs(rng, B, N, K, H, L, pages_per_sequence, dtype, far_below=None):
     """q, a pool of K/V pages twice the size the sequences need, and a page table that
-    scatters each sequence's pages over the pool."""
+    scatters each sequence's pages over the pool. ``far_below``: a sequence whose every
+    score lies far below zero (near -300: exp of a score underflows, so a running max
+    that starts at 0 instead of -inf loses the whole sequence)."""
     P = 2 * B * pages_per_sequence
     q = rng.normal((B, N, H), dtype)
     k_pages, v_pages = rng.normal((K, P, L, H), dtype), rng.normal((K, P, L, H), dtype)
+    if far_below is not None:
+        k_pages = (k_pages + 2).astype(dtype)
+        q[far_below] = (-np.abs(q[far_below]) - 0.5).astype(dtype)
     page_indices = rng.permutation(P)[:B * pages_per_sequence].astype(np.int32)
     return q, k_pages, v_pages, page_indices.reshape(B, pages_per_sequence)
 
@@ -316,7 +327,8 @@ def decode_attention(q, k_pages, v_pages, lengths, page_indices, *, head_of=None
 @puzzle("pipelining.paged_attention")
 @pytest.mark.parametrize("B, N, K, H, L, pages_per_sequence, pages_per_block, lengths, dtype", [
     pytest.param(4, 4, 2, 128, 8, 4, 2, (1, 24, 13, 0), "float32",
-                 id="B=4 N=4 K=2 H=128 L=8 pages_per_block=2 lengths=1,24,13,0"),
+                 id="B=4 N=4 K=2 H=128 L=8 pages_per_block=2 lengths=1,24,13,0 "
+                    "(sequence 2's scores near -300)"),
     pytest.param(2, 2, 2, 128, 16, 4, 1, (17, 64), "bfloat16",
                  id="B=2 N=K=2 L=16 pages_per_block=1 lengths=17,64 bf16"),
     pytest.param(16, 32, 8, 128, 16, 64, 8, tuple(range(1, 1025, 64)), "bfloat16",
@@ -324,8 +336,8 @@ def decode_attention(q, k_pages, v_pages, lengths, page_indices, *, head_of=None
 ])
 def test_paged_attention(B, N, K, H, L, pages_per_sequence, pages_per_block, lengths, dtype,
                          rng):
-    q, k_pages, v_pages, page_indices = paged_inputs(rng, B, N, K, H, L, pages_per_sequence,
-                                                     dtype)
+    q, k_pages, v_pages, page_indices = paged_inputs(
+        rng, B, N, K, H, L, pages_per_sequence, dtype, far_below=2 if B > 2 else None)
     lengths = np.asarray(lengths, np.int32)
     ran = measure(pipelining.paged_attention, q, k_pages, v_pages, lengths, page_indices,
                   pages_per_block=pages_per_block, structure=PAGED.where(grid=(B, K)))
@@ -335,6 +347,10 @@ def test_paged_attention(B, N, K, H, L, pages_per_sequence, pages_per_block, len
     def seeing(visible=None, **options):
         return lambda: decode_attention(*args, visible=visible, **options).astype(dtype)
 
+    def with_args(**changed):   # the truth of other inputs: a near-miss's answer
+        given = dict(zip(("q", "k_pages", "v_pages", "lengths", "page_indices"), args))
+        return lambda: decode_attention(**dict(given, **changed)).astype(dtype)
+
     check_empty_sequences(ran, lengths)
     check(ran, decode_attention(*args).astype(dtype), blocks=(1, None, None), axes="B N H",
           tolerance=2e-4 if dtype == "float32" else None,
@@ -343,7 +359,13 @@ def test_paged_attention(B, N, K, H, L, pages_per_sequence, pages_per_block, len
                       lambda b: cdiv(lengths[b], tokens_per_block) * tokens_per_block),
                   "head_modulo": seeing(head_of=lambda n: n % K),
                   "first_block_only": seeing(lambda b: min(lengths[b], tokens_per_block)),
-                  "last_block_only": lambda: last_block_only(*args, tokens_per_block, dtype)})
+                  "last_block_only": lambda: last_block_only(*args, tokens_per_block, dtype),
+                  "one_token_too_many": seeing(lambda b: min(lengths[b] + 1, pages_per_sequence
+                                                             * L) if lengths[b] else 0),
+                  "v_is_k": with_args(v_pages=k_pages),
+                  "q_scaled": with_args(q=q.astype(np.float64) / np.sqrt(H)),
+                  "page_table_row_0": with_args(page_indices=np.repeat(page_indices[:1], B, 0)),
+                  "m_starts_at_zero": lambda: m_starts_at_zero(*args, dtype)})
     G, itemsize = N // K, q.itemsize
     blocks = [cdiv(n, tokens_per_block) for n in lengths]
     every = B * (pages_per_sequence // pages_per_block)
@@ -388,6 +410,21 @@ def last_block_only(q, k_pages, v_pages, lengths, page_indices, tokens_per_block
             k = k_pages[:, page_indices[b]].reshape(K, -1, H)[:, start:n]
             v = v_pages[:, page_indices[b]].reshape(K, -1, H)[:, start:n]
             out[b] = attend(q[b], k, v)
+    return out.astype(dtype)
+
+
+def m_starts_at_zero(q, k_pages, v_pages, lengths, page_indices, dtype):
+    """The running max started at 0, not -inf: a sequence whose every score is far below
+    zero has exp(s - 0) = 0 everywhere, so l = 0 and acc / l gives zeros (or NaN)."""
+    out = decode_attention(q, k_pages, v_pages, lengths, page_indices)
+    B, N, H = q.shape
+    K = k_pages.shape[0]
+    for b in range(B):
+        k = k_pages[:, page_indices[b]].reshape(K, -1, H)[:, :lengths[b]]
+        scores = np.einsum("nh,nth->nt", q[b].astype(np.float64),
+                           k[[n // (N // K) for n in range(N)]].astype(np.float64))
+        if lengths[b] and scores.max() < -150:
+            out[b] = 0.0
     return out.astype(dtype)
 
 

@@ -37,17 +37,19 @@ class Mismatch(AssertionError):
     """An output that differs from the expected one; ``findings()`` says how."""
 
     def __init__(self, yours, expected, *, name: str, blocks, axes, likely, tolerance: float,
-                 carries: bool | None = None):
+                 carries: bool | None = None, narrow: bool | None = None):
         self.yours, self.expected = yours, expected
         self.name, self.blocks, self.axes, self.tolerance = name, blocks, axes, tolerance
-        self._likely, self.carries = likely, carries
+        self._likely, self.carries, self.narrow = likely, carries, narrow
         super().__init__(f"{name} differs from the expected value")
 
     def findings(self) -> list[diagnose.Finding]:
         likely = {k: np.asarray(v() if callable(v) else v) for k, v in (self._likely or {}).items()}
-        return diagnose.compare(self.yours, self.expected, name=self.name, blocks=self.blocks,
-                                axes=self.axes, likely=likely, tolerance=self.tolerance,
-                                carries=self.carries)
+        with np.errstate(all="ignore"):   # inf and NaN in yours are findings, not warnings
+            return diagnose.compare(self.yours, self.expected, name=self.name, blocks=self.blocks,
+                                    axes=self.axes, likely=likely,
+                                    tolerance=self.tolerance, carries=self.carries,
+                                    narrow=self.narrow)
 
     def __str__(self) -> str:
         return "\n".join(diagnose.render(self.findings()))
@@ -554,9 +556,10 @@ def check(yours, expected, *, blocks=None, axes: str | None = None,
                evaluated only on failure); a match is named by the puzzle's words;
     tolerance: relative tolerance, default by dtype (TOLERANCE).
     """
-    carries = None
+    carries = narrow = None
     if isinstance(yours, Measured):   # what its kernels carry from step to step, if anything
         carries = any(rules.carried_state(site.call) for site in yours.program.sites)
+        narrow = _narrow_floats(yours.program.closed.jaxpr)
         yours = yours.output
     yours_np, expected_np = np.asarray(yours), np.asarray(expected)
     if tolerance is None:
@@ -565,7 +568,18 @@ def check(yours, expected, *, blocks=None, axes: str | None = None,
             and diagnose.close(yours_np, expected_np, tolerance).all()):
         return
     raise Mismatch(yours_np, expected_np, name=name, blocks=blocks, axes=axes,
-                   likely=likely, tolerance=tolerance, carries=carries)
+                   likely=likely, tolerance=tolerance, carries=carries, narrow=narrow)
+
+
+def _narrow_floats(jaxpr) -> bool:
+    """Whether any value of the program (its kernels included) is bf16 or f16."""
+    for eqn in jaxpr.eqns:
+        if any(str(getattr(getattr(v, "aval", None), "dtype", "")) in ("bfloat16", "float16")
+               for v in list(eqn.invars) + list(eqn.outvars)):
+            return True
+        if any(_narrow_floats(inner) for inner, _ in jaxcompat.sub_jaxprs(eqn)):
+            return True
+    return False
 
 
 def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | None = None,

@@ -47,14 +47,17 @@ def close(yours: np.ndarray, expected: np.ndarray, tolerance: float) -> np.ndarr
     """Elementwise: within ``tolerance`` relative to the value and to the largest |expected|."""
     y, e = _f64(yours), _f64(expected)
     scale = float(np.max(np.abs(e), initial=0.0)) or 1.0
-    return np.abs(y - e) <= tolerance * (np.abs(e) + scale)
+    with np.errstate(invalid="ignore", over="ignore"):   # inf - inf is not close: NaN
+        return np.abs(y - e) <= tolerance * (np.abs(e) + scale)
 
 
 def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", blocks=None,
             axes: str | None = None, likely: dict | None = None,
-            tolerance: float = 2e-5, carries: bool | None = None) -> list[Finding]:
+            tolerance: float = 2e-5, carries: bool | None = None,
+            narrow: bool | None = None) -> list[Finding]:
     """How ``yours`` differs from ``expected``, most specific finding first. ``carries``:
-    whether the kernels carry state from step to step (None: not known)."""
+    whether the kernels carry state from step to step; ``narrow``: whether the program
+    holds any bf16 or f16 value (None: not known)."""
     shape_row = ("shape", f"expected {_shape(expected)} · yours {_shape(yours)}")
     if yours.shape != expected.shape:
         return [_shape_finding(yours, expected, shape_row)]
@@ -138,7 +141,8 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
             f"{width} wide that starts at it: does the mask compare rows and columns the "
             "right way, from the right place (where its diagonal starts, a bound on the "
             "other side)?")))
-    rounding = _rounding(y, e, bad, nan, grid, tolerance) if not side else None
+    rounding = _rounding(y, e, bad, nan, grid, tolerance) \
+        if not side and narrow is not False else None
     if rounding is not None:
         findings.append(rounding)
     later = grid.later_only(grid.wrong(bad)) if grid is not None and not side else None
@@ -506,6 +510,21 @@ def _source_line(where: tuple[str, int]) -> str:
         return ""
 
 
+def _broadcast(first: str, second: str) -> str:
+    """Two shapes that do not broadcast; when one is the other less a dim, a reduction
+    lost it."""
+    a, b = ([int(n) for n in re.findall(r"\d+", shape)] for shape in (first, second))
+    short, long = sorted((a, b), key=len)
+    dropped = [d for d in range(len(long)) if long[:d] + long[d + 1:] == short]
+    if len(long) == len(short) + 1 and dropped:
+        return (f"shapes {first} and {second} do not broadcast together. The smaller looks "
+                f"like a reduction of the larger over dim {dropped[-1]} that dropped it: "
+                "pass keepdims=True (jnp.max(x, axis=1, keepdims=True)) so that the result "
+                "keeps a dim of size 1 and broadcasts against the rows it came from.")
+    return (f"shapes {first} and {second} do not broadcast together: dims must be equal "
+            "or 1, compared from the last. Which of the two has the shape you meant?")
+
+
 def _out_of_bounds(block: str, name: str, step: str, rest: str = "") -> str:
     """Why an index map pointed outside its array, read from the numbers: the block it
     asked for, the grid step, and (where the message says) the window and array shape."""
@@ -686,8 +705,27 @@ _ERRORS = [
      "a slice of a ref reaches past its end: it starts at {0} and takes {1} elements "
      "{2} apart, so its last is at {0} + ({1} - 1) * {2}, on a dim of {3}. A block or "
      "window one element too small, or an offset one step too far?"),
-    (r"Out of bound slice: start=(-?\d+), dim=(\d+)", "out_of_bounds_ref",
-     "a slice of a ref starts past its end: at {0}, on a dim of {1}."),
+    (r"`indices` must not be longer than `shape`: indices=(\([^)]*\)), shape=(\([^)]*\))",
+     "ref_rank",
+     "a ref of shape {1} is indexed with {0}, more indices than it has dims. Is it declared "
+     "with the shape you index: one semaphore per slot is pltpu.SemaphoreType.DMA((2,)), "
+     "a buffer per slot a VMEM scratch with a leading slot dim?"),
+    (r"Out of bound slice: start=(\d+), dim=(\d+)", "slice_out_of_bounds",
+     "a slice starts at {0} in a dim of size {1}, past its end: the last valid start is the "
+     "dim's size minus the slice's. Is the index one step too far (i + 1 where i is meant, "
+     "or a loop bound one too many)?"),
+    (r"Incompatible shapes for broadcasting: shapes=\[(\([^)]*\)), (\([^)]*\))\]",
+     "broadcast", _broadcast),
+    (r"Custom VJP bwd rule must produce .*?but got bwd output structure (.*?) for primal "
+     r"input structure (.*?)\.?$", "vjp_structure",
+     "your backward rule (the bwd of jax.custom_vjp) must return a tuple with one "
+     "gradient per argument of the primal function, in their order: (dx,) for a function "
+     "of one argument, None for an argument that has no gradient (integer labels, say). "
+     "Yours returned {0} for arguments {1}."),
+    (r"Linearization failed to produce known values", "no_vjp",
+     "JAX cannot differentiate a pallas_call by itself: wrap the function that calls it "
+     "in jax.custom_vjp, with a forward that returns the output and what the backward "
+     "needs, and a backward (a kernel of its own) that returns one gradient per input."),
     (r"(\S+)\(\) takes (\d+) positional arguments? but (\d+) (?:were|was) given",
      "arity",
      "{0}() takes {1} arguments but was called with {2}. If it is an index map: Pallas "

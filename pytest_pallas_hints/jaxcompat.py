@@ -435,6 +435,54 @@ class KernelCall:
     semantics: tuple = ()       # "parallel" / "arbitrary" per grid axis, where given
 
 
+# Shape moves that keep a 0/1 mask a 0/1 mask.
+_MASK_MOVES = {"broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose"}
+
+
+def tpu_multiplies(x):
+    """``x`` (a Jaxpr or a ClosedJaxpr) with every multiply by a mask made from a
+    comparison (``x * (row < M).astype(f32)``) kept a multiply when it runs here.
+
+    XLA on a CPU turns such a multiply into a select, so NaN or inf in ``x`` where the
+    mask is 0 gives 0, while a TPU computes NaN * 0 = NaN: a tail of garbage rows, or
+    an exp that overflowed before its mask, would pass here and fail there. An
+    optimization barrier on the mask hides the comparison from XLA's simplifier."""
+    from jax._src import core
+    from jax._src.lax import lax
+
+    _, _, _, var_type = jaxpr_types()
+    if getattr(x, "jaxpr", x) is not x:   # a ClosedJaxpr (JAX >= 0.12: one type for both)
+        return x.replace(jaxpr=tpu_multiplies(x.jaxpr))
+    masks, eqns = set(), []
+    for eqn in x.eqns:
+        params = {k: _tpu_multiplies_in(v) for k, v in eqn.params.items()}
+        name, ins = eqn.primitive.name, eqn.invars
+        if name == "convert_element_type" and str(ins[0].aval.dtype) == "bool":
+            masks.update(eqn.outvars)
+        elif name in _MASK_MOVES and isinstance(ins[0], var_type) and ins[0] in masks:
+            masks.update(eqn.outvars)
+        elif name == "mul" and any(isinstance(v, var_type) and v in masks for v in ins):
+            kept = []
+            for v in ins:
+                if isinstance(v, var_type) and v in masks:
+                    barrier = var_type(v.aval)
+                    eqns.append(core.new_jaxpr_eqn([v], [barrier], lax.optimization_barrier_p,
+                                                   {}, core.no_effects, eqn.source_info))
+                    v = barrier
+                kept.append(v)
+            eqn = eqn.replace(invars=kept)
+        eqns.append(eqn.replace(params=params) if params != eqn.params else eqn)
+    return x.replace(eqns=eqns)
+
+
+def _tpu_multiplies_in(value):
+    if is_jaxpr(value):
+        return tpu_multiplies(value)
+    if isinstance(value, tuple) and any(is_jaxpr(v) for v in value):
+        return tuple(tpu_multiplies(v) if is_jaxpr(v) else v for v in value)
+    return value
+
+
 def is_kernel(eqn) -> bool:
     return eqn.primitive.name == "pallas_call"
 

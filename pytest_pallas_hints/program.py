@@ -237,11 +237,17 @@ def site_of(program: Program, error: BaseException, sources) -> tuple[str, int] 
     import re
 
     text = str(error)
-    operand = re.search(r'Out-of-bounds block index .*? for (?:input|output) "(\w+)"', text)
+    operand = re.search(r'Out-of-bounds block index .*? for (?:input|output) "(\w+)"'
+                        r'(?: in iteration \(([\d, ]*)\))?', text)
     if operand:  # an index map: point at it, not at the kernel
-        return next((block.index_map_source for site in program.sites
-                     for block in site.call.blocks
-                     if block.name == operand[1] and block.index_map_source), None)
+        step = tuple(int(i) for i in (operand[2] or "").split(",") if i.strip())
+        found = [(site, block) for site in program.sites for block in site.call.blocks
+                 if block.name == operand[1] and block.index_map_source]
+        # Kernels that share an operand's name: the one whose grid has that step.
+        ran = [block for site, block in found if len(site.call.grid) == len(step)
+               and all(g is None or i < g for i, g in zip(step, site.call.grid))]
+        blocks = ran or [block for _, block in found]
+        return blocks[0].index_map_source if blocks else None
     wanted = (_low_precision_dot if "matmul acc" in text else
               _slice_at_run_time if "out of bounds" in text.lower() else None)
     for site in program.sites:
@@ -304,8 +310,9 @@ class Executed:
 
 
 def execute(program: Program, args: tuple):
-    """Runs the program once, compiled. Returns its output and, per kernel run,
-    the scalar-prefetch values it got."""
+    """Runs the program once, compiled, every kernel multiplying as a TPU does
+    (``jaxcompat.tpu_multiplies``). Returns its output and, per kernel run, the
+    scalar-prefetch values it got."""
     import jax
 
     flat = jax.tree_util.tree_leaves(args)
@@ -317,7 +324,7 @@ def execute(program: Program, args: tuple):
         def visit(eqn, invals):
             site = program.sites[program._by_eqn[id(eqn)]]
             captured.append((site.index, list(invals[:site.call.num_prefetch])))
-            return {}
+            return {"jaxpr": jaxcompat.tpu_multiplies(eqn.params["jaxpr"])}
 
         outs = _evaluate(closed.jaxpr, closed.consts, flat_args, visit)
         return outs, captured

@@ -32,6 +32,8 @@ class OperandWalk:
     is_input: bool
     indices: tuple            # per grid step, the block index (a tuple per step)
     fetched: tuple            # per grid step: a new block copied (inputs) / written (outputs)
+    extent: tuple = ()        # the array's blocks per dim (0: not known), to draw the
+    #                           blocks no step reached
 
     def blocks(self) -> dict[tuple, list[int]]:
         """Block index -> the steps that copied it (in) or wrote it back (out)."""
@@ -53,13 +55,15 @@ class GridWalk:
     def to_dict(self) -> dict:
         return {"kernel": self.kernel, "grid": list(self.grid), "work": list(self.work),
                 "operands": [[o.name, o.is_input, [list(i) for i in o.indices],
-                              list(o.fetched)] for o in self.operands]}
+                              list(o.fetched), list(o.extent)] for o in self.operands]}
 
     @classmethod
     def from_dict(cls, data: dict) -> "GridWalk":
         return cls(data["kernel"], tuple(data["grid"]), tuple(
-            OperandWalk(name, is_input, tuple(tuple(i) for i in indices), tuple(fetched))
-            for name, is_input, indices, fetched in data["operands"]), tuple(data["work"]))
+            OperandWalk(name, is_input, tuple(tuple(i) for i in indices), tuple(fetched),
+                        tuple(rest[0]) if rest else ())
+            for name, is_input, indices, fetched, *rest in data["operands"]),
+            tuple(data["work"]))
 
 
 def of(measured) -> list[GridWalk]:
@@ -81,10 +85,17 @@ def of(measured) -> list[GridWalk]:
                 moved[-1] = True
             operands.append(OperandWalk(block.name, block.is_input,
                                         tuple(tuple(int(v) for v in i) for i in indices),
-                                        tuple(bool(m) for m in moved)))
+                                        tuple(bool(m) for m in moved), _extent(block)))
         walks.append(GridWalk(call.name, tuple(call.grid), tuple(operands),
                               tuple(counts.step_flops)))
     return walks
+
+
+def _extent(block) -> tuple:
+    """Blocks per dim of the operand's array (0 where its index is an element offset)."""
+    return tuple(0 if d in block.element_dims else
+                 -(-size // (b or 1)) for d, (size, b) in
+                 enumerate(zip(block.array_shape, block.block_shape)))
 
 
 # ------------------------------------------------------------- the terminal ---
@@ -111,10 +122,12 @@ def _operand_lines(operand: OperandWalk) -> list[str]:
     moves = sum(len(s) for s in blocks.values())
     verb = "fetched" if operand.is_input else "written"
     again = sum(1 for s in blocks.values() if len(s) > 1)
-    lines = [f"  {operand.name} ({'in' if operand.is_input else 'out'}): {len(order)} blocks "
-             f"{verb}, {moves} copies" + (f", {again} blocks {verb} more than once (marked *)"
-                                          if again else "")]
-    for panel, grid in list(_panels(blocks))[:PANELS]:
+    total = int(np.prod(operand.extent)) if operand.extent and all(operand.extent) else 0
+    of = f" of {total}" if total > len(order) else ""
+    lines = [f"  {operand.name} ({'in' if operand.is_input else 'out'}): {len(order)}{of} "
+             f"blocks {verb}" + (" (· never)" if of else "") + f", {moves} copies"
+             + (f", {again} blocks {verb} more than once (marked *)" if again else "")]
+    for panel, grid in list(_panels(blocks, operand.extent))[:PANELS]:
         if panel:
             lines.append(f"    at {panel}")
         rows, cols = grid.shape
@@ -133,9 +146,10 @@ def _operand_lines(operand: OperandWalk) -> list[str]:
     return lines
 
 
-def _panels(blocks: dict):
+def _panels(blocks: dict, extent: tuple = ()):
     """(leading index, an object array [rows, cols] of block indices) per panel: the last
-    two dims of the block index drawn, the ones before them one panel each."""
+    two dims of the block index drawn, the ones before them one panel each; ``extent``
+    (where known) draws the array's every block, the ones no step reached too."""
     if not blocks:
         return
     rank = len(next(iter(blocks)))
@@ -143,11 +157,13 @@ def _panels(blocks: dict):
     for head in lead:
         mine = [i for i in blocks if i[:max(rank - 2, 0)] == head] if rank > 2 else list(blocks)
         tail = [i[-2:] if rank >= 2 else (0, i[-1]) for i in mine]
-        rows = max(t[0] for t in tail) + 1
-        cols = max(t[1] for t in tail) + 1
+        known = tuple(extent[-2:]) if len(extent) >= 2 else (1,) + tuple(extent)
+        rows = max(max(t[0] for t in tail) + 1, known[0] if len(known) == 2 else 0)
+        cols = max(max(t[1] for t in tail) + 1, known[-1] if known else 0)
         grid = np.empty((rows, cols), dtype=object)
         for index, (r, c) in zip(mine, tail):
-            grid[r, c] = index
+            if r >= 0 and c >= 0:
+                grid[r, c] = index
         yield (head, grid.T if cols == 1 else grid)   # a column of blocks reads as a row
 
 
@@ -170,7 +186,7 @@ def html(title: str, walks: list[GridWalk], wrong: list[list[bool]] | None = Non
             parts.append(f"<h3>{escape.escape(operand.name)} "
                          f"({'input' if operand.is_input else 'output'})</h3>")
             parts += [_blocks_svg(operand, head, grid) for head, grid in
-                      list(_panels(operand.blocks()))[:PANELS]]
+                      list(_panels(operand.blocks(), operand.extent))[:PANELS]]
     if wrong is not None:
         parts.append("<h2>wrong output blocks</h2>" + _wrong_svg(wrong))
     if verdict:
@@ -193,7 +209,7 @@ def _blocks_svg(operand: OperandWalk, head, grid) -> str:
             shade = _shade(order[index] / max(len(order) - 1, 1)) if steps else "#eeeeee"
             label = str(order[index] + 1) if steps else ""
             tip = (f"block {index}: {'fetched' if operand.is_input else 'written'} at steps "
-                   f"{steps}" if steps else f"block {index}: never")
+                   f"{steps}" if steps else f"block {index if index is not None else (r, c)}: never")
             cells.append(f"<g><title>{escape.escape(tip)}</title><rect x='{c * size}' "
                          f"y='{r * size}' width='{size - 2}' height='{size - 2}' "
                          f"fill='{shade}'/><text x='{c * size + size / 2 - 1}' "

@@ -420,3 +420,36 @@ def test_nan_and_finite_errors_count_their_own_blocks():
                 for row in f.facts)
     assert rows["nan"].endswith("in 1 of 2 output blocks")
     assert rows["error"].endswith("in 1 of 2 output blocks")
+
+
+def test_a_reduction_that_dropped_its_dim_names_keepdims():
+    error = ValueError("Incompatible shapes for broadcasting: shapes=[(8, 384), (8,)]")
+    finding = explain(error, [], ROOT)
+    assert finding.kind == "broadcast" and "keepdims=True" in finding.says
+    other = explain(ValueError("Incompatible shapes for broadcasting: shapes=[(8, 384), "
+                               "(8, 128)]"), [], ROOT)
+    assert other.kind == "broadcast" and "keepdims" not in other.says
+
+
+def test_custom_vjp_mistakes_say_what_the_rule_needs():
+    structure = TypeError(
+        "Custom VJP bwd rule must produce an output with the same container (pytree) "
+        "structure as the args tuple of the primal function, and in particular must "
+        "produce a tuple of length equal to the number of arguments to the primal "
+        "function, but got bwd output structure PyTreeDef((*, *)) for primal input "
+        "structure PyTreeDef((*, *, *)).")
+    finding = explain(structure, [], ROOT)
+    assert finding.kind == "vjp_structure" and "one gradient per argument" in finding.says
+    assert "PyTreeDef((*, *, *))" in finding.says
+    linear = ValueError("Linearization failed to produce known values for all output "
+                        "primals. This is typically caused by ...")
+    assert "jax.custom_vjp" in explain(linear, [], ROOT).says
+
+
+def test_rounding_is_named_only_where_the_program_holds_a_narrow_float():
+    rng = np.random.default_rng(0)
+    e = rng.normal(size=(64, 128)).astype(np.float32)
+    y = (e + rng.normal(size=e.shape) * 1e-2).astype(np.float32)
+    assert compare(y, e, tolerance=1e-5)[0].kind == "rounding"
+    assert compare(y, e, tolerance=1e-5, narrow=True)[0].kind == "rounding"
+    assert compare(y, e, tolerance=1e-5, narrow=False)[0].kind != "rounding"

@@ -66,3 +66,19 @@ def test_a_switched_off_feature_raises_cannot_verify(monkeypatch):
     with pytest.raises(jaxcompat.CannotVerify, match="work accounting is not available"):
         jaxcompat.require("work accounting")
     jaxcompat.require("byte accounting")
+
+
+def test_a_multiply_by_a_mask_keeps_nan_as_on_a_tpu():
+    """XLA on a CPU turns x * (cond).astype(f32) into a select (NaN where the mask is 0
+    becomes 0); the kit runs kernels with that multiply kept, as a TPU computes it."""
+    import jax
+    import jax.numpy as jnp
+
+    def masked(x):
+        return x * (jnp.arange(3) < 1).astype(jnp.float32)
+
+    x = jnp.array([1.0, jnp.nan, jnp.inf])
+    closed = jax.make_jaxpr(masked)(x)
+    kept = jaxcompat.tpu_multiplies(closed)
+    on_tpu = jax.jit(lambda x: jax.core.eval_jaxpr(kept.jaxpr, kept.consts, x))(x)[0]
+    assert np.asarray(on_tpu)[0] == 1.0 and np.isnan(np.asarray(on_tpu)[1:]).all()

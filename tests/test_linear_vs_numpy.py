@@ -143,3 +143,58 @@ def test_beta_zero_writes_nothing_and_a_strong_decay_forgets_everything():
     assert np.all(np.asarray(linear.delta_rule(q, k, v, beta, chunk=16)) == 0)
     assert_close(linear.gated_linear_attention(q, k, v, log_decay, chunk=16), own, "float32",
                  "gated_linear_attention, log_decay=-80")
+
+
+def exercise_tests():
+    """exercises/test_linear.py as a module: its bf16 configurations' inputs."""
+    path = ROOT / "exercises" / "test_linear.py"
+    spec = importlib.util.spec_from_file_location("linear_exercise_tests", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def rounded(change: str):
+    """reference/linear.py with the state rounded to bf16: kept in bf16 (read rounded at
+    every chunk, as a bf16 scratch would hold it), or only for the delta rule's
+    prediction k S."""
+    source = (ROOT / "reference" / "linear.py").read_text()
+    if change == "state":
+        old, new = "state = state_ref[...]", \
+            "state = state_ref[...].astype(jnp.bfloat16).astype(jnp.float32)"
+    else:
+        old, new = "jnp.dot(k.astype(jnp.float32), state,", \
+            "jnp.dot(k, state.astype(jnp.bfloat16),"
+    assert old in source
+    module = type(linear)("rounded_linear")
+    exec(compile(source.replace(old, new), "rounded_linear.py", "exec"), module.__dict__)
+    return module
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["delta_rule", "gated_delta"])
+@pytest.mark.parametrize("change", ["state", "prediction"])
+def test_the_bf16_delta_configurations_fail_a_bf16_state_on_values(gated, change):
+    """The bf16 configurations of puzzles 5 and 6 (8 chunks, a large value in the state
+    that every prediction reads and no query sees) tell a state kept in bf16, or read in
+    bf16 for k S, from the right answer by the values alone, at the puzzle's bf16
+    tolerance: not only by the precision rule, which reads the program."""
+    from pytest_pallas_hints.checking import Rng
+    from pytest_pallas_hints.diagnose import close
+
+    tests = exercise_tests()
+    wrong = rounded(change)
+    B, N, T, H, Hv, chunk = 1, 1, 128, 16, 32, 16
+    for seed in range(3):
+        rng = Rng(seed)
+        log_decay, beta = tests.gates(rng, B, N, T, strength=0.02, edges=not gated)
+        log_decay = log_decay if gated else None
+        q, k, v = tests.hidden_value(rng, B, N, T, H, Hv, log_decay, beta, chunk=chunk)
+        expected = tests.recurrence(q, k, v, log_decay, beta).astype("bfloat16")
+        per_token = (beta, log_decay) if gated else (beta,)
+        kernel = "gated_delta_kernel" if gated else "delta_kernel"
+        right, yours = (module.chunked_call(q, k, v, *per_token, chunk=chunk,
+                                            kernel=getattr(module, kernel))
+                        for module in (linear, wrong))
+        assert close(np.asarray(right), expected, 2e-2).all(), f"seed {seed}: reference"
+        assert not close(np.asarray(yours), expected, 2e-2).all(), \
+            f"seed {seed}: a bf16 {change} passes on values"

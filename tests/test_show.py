@@ -53,6 +53,22 @@ def test_the_walk_is_what_the_index_maps_say():
     assert "4 3 2 1" in picture           # block 0 is reached last: order 4
 
 
+def test_blocks_no_step_reaches_are_drawn_as_never():
+    """A grid that walks half the array: the other half is drawn, marked never reached."""
+    def first_half(x):
+        return pl.pallas_call(copy_kernel, out_shape=jax.ShapeDtypeStruct((16, 128), x.dtype),
+                              grid=(2,), in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                              out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)))(x)
+
+    x = np.ones((32, 128), np.float32)
+    (gw,) = show.of(measure(first_half, x, structure=None))
+    assert gw.operands[0].extent == (4, 1)
+    picture = "\n".join(show.terminal(gw))
+    assert "x_ref (in): 2 of 4 blocks fetched (· never), 2 copies" in picture
+    assert "1 2 · ·" in picture
+    assert show.GridWalk.from_dict(gw.to_dict()) == gw
+
+
 def test_a_block_that_stays_put_is_one_copy_and_one_write_back():
     x = np.ones((16, 384), np.float32)
     (gw,) = show.of(measure(row_sums, x, structure=None))
