@@ -178,6 +178,15 @@ class Measured:
                     moved += nbytes
         return moved
 
+    def state_fed_by(self, array) -> list[tuple[str, object]]:
+        """The states the kernels carry from step to step (what, its dtype) whose update
+        reads a value that comes from ``array``, one of the arguments ``fn`` was measured
+        with (a scale multiplied into a running sum at every step, say)."""
+        mine = {(site.index, n) for site, n in self._operands_from(array)}
+        return [(what, dtype) for site in self.program.sites
+                for what, dtype, fed in rules.state_sources(site.call)
+                if any((site.index, n) in mine for n in fed)]
+
     def copies_of(self, array) -> "np.ndarray":
         """How many times the kernels' own DMAs copied each element of ``array`` (an
         argument left in HBM): 0 where nothing read it, 2 where two copies did."""

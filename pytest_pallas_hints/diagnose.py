@@ -915,6 +915,11 @@ _ERRORS = [
      "rows than the grid reads "
      "(one per head, say)? A scalar read whose index may be out of range belongs "
      "inside the pl.when that needs it."),
+    (r"Out of bound slice: start=(-?\d+), size=(\d+), stride=(\d+), dim=(\d+)",
+     "out_of_bounds_ref",
+     "a slice of a ref reaches past its end: it starts at {0} and takes {1} elements "
+     "{2} apart, so its last is at {0} + ({1} - 1) * {2}, on a dim of {3}. A block or "
+     "window one element too small, or an offset one step too far?"),
     (r"`indices` must not be longer than `shape`: indices=(\([^)]*\)), shape=(\([^)]*\))",
      "ref_rank",
      "a ref of shape {1} is indexed with {0}, more indices than it has dims. Is it declared "

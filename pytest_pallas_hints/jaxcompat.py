@@ -275,7 +275,9 @@ def ref_indices(eqn, invals, unknown):
     for index in transforms[0].indices:
         if hasattr(index, "start") and hasattr(index, "size"):  # a pl.ds / Slice
             start, stride = int(index.start), int(getattr(index, "stride", 1) or 1)
-            picked.append(slice(start, start + int(index.size) * stride, stride))
+            # stop just past the last element picked: a strided slice ends there, not
+            # size * stride past its start (the bound the walker checks against the ref)
+            picked.append(slice(start, start + (int(index.size) - 1) * stride + 1, stride))
         else:
             picked.append(np.asarray(index))
     return tuple(picked)

@@ -469,6 +469,19 @@ def carried_state(call) -> list[tuple[str, object, object]]:
     """What a kernel carries from step to step through arithmetic: (what, its dtype, the
     equation that writes it back) for every ref the kernel reads, updates by arithmetic
     and stores again, and every loop carry updated from itself."""
+    return [(what, dtype, eqn) for what, dtype, eqn, _ in _carried(call)]
+
+
+def state_sources(call) -> list[tuple[str, object, frozenset]]:
+    """What flows into each state a kernel carries: (what, its dtype, the positions among
+    the kernel's refs, prefetch first, of those whose values its update reads), so that a
+    test can tell a running sum of products from one that multiplies in a scale at
+    every step."""
+    return [(what, dtype, frozenset(root[1] for root in fed if root[0] == "ref"))
+            for what, dtype, _, fed in _carried(call)]
+
+
+def _carried(call) -> list[tuple[str, object, object, frozenset]]:
     kernel = call.kernel
     names = list(getattr(getattr(kernel, "debug_info", None), "arg_names", None) or ())
     roots = {var: ("ref", n) for n, var in enumerate(kernel.invars)}
@@ -478,17 +491,17 @@ def carried_state(call) -> list[tuple[str, object, object]]:
     # does not outlive them): only what a loop updates is carried from step to step.
     in_loops = _in_loops(kernel) if getattr(call, "backend", "") == "mosaic_gpu" else None
     state = []
-    for root, (eqn, dtype) in found.items():
+    for root, (eqn, dtype, fed) in found.items():
         if in_loops is not None and id(eqn) not in in_loops:
             continue
         if root[0] == "ref":
             n = root[1]
-            state.append((f"{names[n]}" if n < len(names) and names[n] else f"operand {n}",
-                          dtype, eqn))
+            what = f"{names[n]}" if n < len(names) and names[n] else f"operand {n}"
         elif root[0] == "scoped":
-            state.append(("a pl.run_scoped buffer", dtype, eqn))
+            what = "a pl.run_scoped buffer"
         else:
-            state.append(("a loop carry (lax.fori_loop)", dtype, eqn))
+            what = "a loop carry (lax.fori_loop)"
+        state.append((what, dtype, eqn, frozenset(fed)))
     return state
 
 
@@ -531,7 +544,7 @@ def _flow(jaxpr, refs: dict, taint: dict, found: dict, consts=()) -> list[dict]:
         elif name in ("swap", "addupdate") and ins[0] in refs:
             root = refs[ins[0]]
             if name == "addupdate" or of(ins[1]).get(root) == 2:
-                found.setdefault(root, (eqn, _dtype(ins[0])))
+                found.setdefault(root, (eqn, _dtype(ins[0]), set()))[2].update(of(ins[1]))
             outs = [{root: 1} for _ in eqn.outvars]
         elif name == "cond":
             branches = eqn.params["branches"]
@@ -587,7 +600,8 @@ def _loop(eqn, refs, of, found) -> list[dict]:
         carried = [{**c, **o} for c, o in zip(carried, outs[:len(carry)])]
     for k, (mark, out) in enumerate(zip(marks, outs[:len(carry)])):
         if out.get(mark) == 2:
-            found.setdefault(mark, (_carry_store(body, k, len(consts)), _dtype(carry[k])))
+            found.setdefault(mark, (_carry_store(body, k, len(consts)), _dtype(carry[k]),
+                                    set()))[2].update(out)
     return [{r: lvl for r, lvl in o.items() if r[0] != "carry"} for o in outs] + \
         [{} for _ in range(len(eqn.outvars) - len(outs))]
 

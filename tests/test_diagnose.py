@@ -409,6 +409,15 @@ def test_a_read_past_a_buffer_inside_a_kernel_is_not_an_index_map_error():
     assert "(8, 128)" in finding.says and "loop bound" in finding.says
 
 
+def test_a_static_slice_past_a_ref_is_named_as_such():
+    """JAX refuses a pl.ds whose static end lies past its ref while the kernel is traced."""
+    error = ValueError("Out of bound slice: start=2, size=4, stride=1, dim=5.")
+    finding = explain(error, [], ROOT)
+    assert finding.kind == "out_of_bounds_ref"
+    assert "starts at 2 and takes 4 elements 1 apart" in finding.says
+    assert "on a dim of 5" in finding.says
+
+
 def test_an_index_map_called_with_more_arguments_than_it_takes_is_explained():
     error = TypeError("flash_block_mask.<locals>.kv_index_map() takes 4 positional "
                       "arguments but 5 were given")

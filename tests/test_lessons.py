@@ -140,6 +140,51 @@ def test_precision_is_the_dtype_of_what_a_kernel_carries(acc_dtype, options, fla
         assert "bfloat16" in findings[0].says
 
 
+def scaled_sum(every_step, *, carry=False):
+    """A sum over a K grid axis of x's blocks, times a scale s: once, at the end, or
+    at every step (into a scratch, or into a fori_loop carry); s passed before x."""
+    def kernel(s_ref, x_ref, o_ref, acc_ref):
+        k = pl.program_id(0)
+
+        @pl.when(k == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+        x = x_ref[...]
+        if carry:
+            acc_ref[...] = jax.lax.fori_loop(0, 2, lambda i, t: t + x * s_ref[...],
+                                             acc_ref[...])
+        else:
+            acc_ref[...] += x * s_ref[...] if every_step else x
+
+        @pl.when(k == pl.num_programs(0) - 1)
+        def _():
+            o_ref[...] = acc_ref[...] if every_step else acc_ref[...] * s_ref[...]
+
+    def call(x, s):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32), grid=(2,),
+            in_specs=[pl.BlockSpec((1, 128), lambda k: (0, 0)),
+                      pl.BlockSpec((8, 128), lambda k: (0, k))],
+            out_specs=pl.BlockSpec((8, 128), lambda k: (0, 0)),
+            scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)])(s, x)
+    return call
+
+
+@pytest.mark.parametrize("every_step, carry", [(False, False), (True, False), (True, True)])
+def test_what_feeds_a_carried_state_is_found_by_which_input_it_is(every_step, carry):
+    x, s = np.ones((8, 256), np.float32), np.full((1, 128), 2.0, np.float32)
+    ran = measure(scaled_sum(every_step, carry=carry), x, s, structure=None)
+    assert "acc_ref" in [what for what, _ in ran.state_fed_by(x)]
+    fed_by_s = ran.state_fed_by(s)
+    if every_step:
+        assert "acc_ref" in [what for what, _ in fed_by_s]
+        assert all(dtype == jnp.float32 for _, dtype in fed_by_s)
+        if carry:
+            assert "a loop carry (lax.fori_loop)" in [what for what, _ in fed_by_s]
+    else:
+        assert fed_by_s == []   # read only to scale the finished sum: not carried
+
+
 # ------------------------------------------------------ operands by identity ---
 
 def attention_like(order):
@@ -297,6 +342,37 @@ def test_a_read_past_either_end_of_a_computed_table_is_named_before_the_run(offs
     finding = failed.value.findings()[0]
     assert finding.kind == "out_of_bounds_ref"
     assert dict(finding.facts)["index"] == index
+
+
+def interleave(first):
+    """Stores two (8, 128) halves into the even and odd rows of a (16, 128) scratch, the
+    second half from row ``first`` + 1 with stride 2: inside the ref for first = 0."""
+    def kernel(x_ref, o_ref, rows_ref):
+        start = pl.program_id(0) + first   # traced: JAX cannot check it before the walk
+        rows_ref[pl.ds(start, 8, stride=2), :] = x_ref[:8]
+        rows_ref[pl.ds(start + 1, 8, stride=2), :] = x_ref[8:]
+        o_ref[...] = rows_ref[...]
+
+    def call(x):
+        whole = pl.BlockSpec(x.shape, lambda i: (0, 0))
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(1,), in_specs=[whole], out_specs=whole,
+                              scratch_shapes=[pltpu.VMEM(x.shape, x.dtype)])(x)
+    return call
+
+
+def test_a_strided_slice_ends_at_its_last_element():
+    """pl.ds(1, 8, stride=2) picks rows 1, 3, ..., 15 of 16: inside the ref, though
+    1 + 8 * 2 = 17 is past its end. One step further, it is past the end."""
+    x = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
+    ran = measure(interleave(0), x, structure=None)
+    assert np.array_equal(np.asarray(ran.output)[0::2], x[:8])
+    assert np.array_equal(np.asarray(ran.output)[1::2], x[8:])
+    with pytest.raises(Diagnosed) as failed:
+        measure(interleave(1), x, structure=None)
+    finding = failed.value.findings()[0]
+    assert finding.kind == "out_of_bounds_ref"
+    assert dict(finding.facts)["index"] == "index 2:17 along dim 0, which has 16"
 
 
 def test_a_learners_failed_kernel_is_never_called_a_kit_problem(monkeypatch):

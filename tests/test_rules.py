@@ -204,7 +204,7 @@ def test_a_rule_break_fails_the_chapter_with_its_line(kit):
 WRONG = {"matmul": "k_accumulate_no_reset", "flash": "dense_no_scale",
          "ragged_dot": "k_axis_acc_not_reset", "pipelining": "double_buffer_reads_the_next_slot",
          "splash": "dedup_index_one_based", "linear": "chunked_state_first",
-         "norms": "long_rows_no_rescale"}
+         "norms": "long_rows_no_rescale", "quant": "int4_nibbles_swapped"}
 
 
 def test_a_numpy_patch_that_gets_past_the_rule_still_changes_no_verdict(kit):

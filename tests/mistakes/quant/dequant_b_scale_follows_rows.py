@@ -1,0 +1,24 @@
+"""quant.dequant: the columns' scales take the row block's index, (0, i)."""
+PUZZLE = "quant.dequant"
+EXPECT = "b_scale belongs to the columns"
+
+
+def int8_matmul(a_q, a_scale, b_q, b_scale, *, bm=128, bk=128, bn=128):
+    (M, K), N = a_q.shape, b_q.shape[1]
+    bm, bk, bn = min(bm, M), min(bk, K), min(bn, N)
+    pad = -K % bk
+    a_q = jnp.pad(a_q, ((0, 0), (0, pad)))
+    b_q = jnp.pad(b_q, ((0, pad), (0, 0)))
+    return pl.pallas_call(
+        int8_dequant_kernel,
+        out_shape=jax.ShapeDtypeStruct((M, N), jnp.float32),
+        grid=(pl.cdiv(M, bm), pl.cdiv(N, bn), (K + pad) // bk),
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)),
+                  pl.BlockSpec((bm, 1), lambda i, j, k: (i, 0)),
+                  pl.BlockSpec((bk, bn), lambda i, j, k: (k, j)),
+                  pl.BlockSpec((1, bn), lambda i, j, k: (0, i))],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.int32)],
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "arbitrary")),
+    )(a_q, a_scale, b_q, b_scale)

@@ -1,0 +1,40 @@
+"""quant.dequant: each k step's product scaled and added to a float32 sum: the values
+agree here, but the sum is a float, and the scales are multiplied in nk times."""
+PUZZLE = "quant.dequant"
+EXPECT = "the scales were applied per step instead of once"
+
+
+def int8_dequant_kernel(a_ref, a_scale_ref, b_ref, b_scale_ref, o_ref, acc_ref):
+    k = pl.program_id(2)
+
+    @pl.when(k == 0)
+    def start_tile():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    product = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.int32)
+    acc_ref[...] += product.astype(jnp.float32) * a_scale_ref[...] * b_scale_ref[...]
+
+    @pl.when(k == pl.num_programs(2) - 1)
+    def store():
+        o_ref[...] = acc_ref[...]
+
+
+def int8_matmul(a_q, a_scale, b_q, b_scale, *, bm=128, bk=128, bn=128):
+    (M, K), N = a_q.shape, b_q.shape[1]
+    bm, bk, bn = min(bm, M), min(bk, K), min(bn, N)
+    pad = -K % bk
+    a_q = jnp.pad(a_q, ((0, 0), (0, pad)))
+    b_q = jnp.pad(b_q, ((0, pad), (0, 0)))
+    return pl.pallas_call(
+        int8_dequant_kernel,
+        out_shape=jax.ShapeDtypeStruct((M, N), jnp.float32),
+        grid=(pl.cdiv(M, bm), pl.cdiv(N, bn), (K + pad) // bk),
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)),
+                  pl.BlockSpec((bm, 1), lambda i, j, k: (i, 0)),
+                  pl.BlockSpec((bk, bn), lambda i, j, k: (k, j)),
+                  pl.BlockSpec((1, bn), lambda i, j, k: (0, j))],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "arbitrary")),
+    )(a_q, a_scale, b_q, b_scale)
