@@ -126,6 +126,46 @@ def _probes() -> tuple[tuple[str, str], ...]:
     return tuple(gaps)
 
 
+# ------------------------------------------------------- simulated devices ---
+
+DEVICES_ENV = "JAX_NUM_CPU_DEVICES"   # read by JAX when it starts its CPU backend
+
+
+def simulate_cpu_devices(count: int) -> None:
+    """Asks JAX for ``count`` CPU devices (chips simulated on one CPU), where JAX has not
+    started its backends yet: before JAX is imported through the environment (nothing
+    is imported here), after through its config. A process that already started them
+    keeps what it has (``cpu_devices_missing`` says so to the tests that need more)."""
+    if count <= 1 or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return
+    if "jax" not in sys.modules:
+        if int(os.environ.get(DEVICES_ENV, "1") or 1) < count:
+            os.environ[DEVICES_ENV] = str(count)
+        return
+    try:
+        from jax._src import xla_bridge
+
+        started = xla_bridge.backends_are_initialized()
+    except (ImportError, AttributeError):
+        return
+    if not started and xla_bridge.num_cpu_devices.value < count:
+        import jax
+
+        jax.config.update("jax_num_cpu_devices", count)
+
+
+def cpu_devices_missing(count: int) -> str | None:
+    """Why this process cannot give ``count`` simulated chips (None: it can)."""
+    import jax
+
+    found = len(jax.devices("cpu"))
+    if found >= count:
+        return None
+    return (f"JAX started its CPU backend with {found} device{'s' * (found != 1)} before the "
+            f"kit could ask for {count} (set {DEVICES_ENV}={count}, or run pytest from the "
+            "kit's folder so that its plugin starts first)")
+
+
 # ------------------------------------------------------------------ jaxprs ---
 
 def jaxpr_types():

@@ -123,6 +123,9 @@ def pytest_configure(config):
         raise pytest.UsageError(str(error)) from None
     chapters.configure("reference" if config.getoption("reference") else "exercises",
                        config.getoption("pallas_patch"))
+    # Chips simulated on the CPU, for a chapter about several of them: asked for before
+    # any test starts JAX, so that every chapter of a run sees the same devices.
+    jaxcompat.simulate_cpu_devices(max((c.devices for c in kit.values()), default=1))
     config.pluginmanager.register(PallasRun(config, root, kit, hint, seed), "pallas-run")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistSeed(seed), "pallas-xdist-seed")

@@ -66,3 +66,38 @@ def test_a_switched_off_feature_raises_cannot_verify(monkeypatch):
     with pytest.raises(jaxcompat.CannotVerify, match="work accounting is not available"):
         jaxcompat.require("work accounting")
     jaxcompat.require("byte accounting")
+
+
+def devices_in_a_fresh_python(code: str, env: dict | None = None) -> str:
+    import os
+    import subprocess
+    import sys
+
+    environment = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES",
+                                                                    "XLA_FLAGS")}
+    environment.update(env or {})
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=environment, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize("when", ["before jax is imported", "before its backends start"])
+def test_simulated_chips_are_asked_for_before_jax_starts_its_backends(when):
+    first = "import jax\n" if when != "before jax is imported" else ""
+    out = devices_in_a_fresh_python(
+        first + "from pytest_pallas_hints import jaxcompat\n"
+        "jaxcompat.simulate_cpu_devices(4)\n"
+        "import jax\n"
+        "print(len(jax.devices('cpu')), jaxcompat.cpu_devices_missing(4))\n")
+    assert out == "4 None"
+
+
+def test_a_process_that_started_jax_keeps_its_devices_and_says_why():
+    out = devices_in_a_fresh_python(
+        "import jax\njax.devices()\n"
+        "from pytest_pallas_hints import jaxcompat\n"
+        "jaxcompat.simulate_cpu_devices(4)\n"
+        "print(len(jax.devices('cpu')))\nprint(jaxcompat.cpu_devices_missing(4))\n")
+    count, why = out.splitlines()
+    assert count == "1" and "started its CPU backend with 1 device before the kit" in why
