@@ -210,6 +210,19 @@ def inlined(eqn):
     return None
 
 
+def shard_map_body(eqn):
+    """(jaxpr, ((axis name, size), ...)) of a shard_map equation: the body each device
+    of the mesh runs on its own shard; None for any other equation."""
+    if eqn.primitive.name != "shard_map" or not is_jaxpr(eqn.params.get("jaxpr")):
+        return None
+    mesh = eqn.params.get("mesh")
+    shape = getattr(mesh, "shape", None)
+    if not shape:
+        return None
+    names = getattr(mesh, "axis_names", tuple(shape))
+    return open_jaxpr(eqn.params["jaxpr"])[0], tuple((name, int(shape[name])) for name in names)
+
+
 def sub_jaxprs(eqn) -> list:
     """Every jaxpr among an equation's parameters, as (jaxpr, consts)."""
     found = []
@@ -349,6 +362,11 @@ class DmaRefs:
     nbytes: int        # the size of the destination window (what a wait waits for)
     remote: bool       # a copy to or from another device: its semaphores are shared
     outside: str = ""  # "src [(-1, 0)] of shape (2,)": a window past the ends of its ref
+    send_sem: object = None      # a remote copy's semaphore on the sending device
+    send_sem_box: tuple | None = None
+    device_id: object = None     # where a remote copy goes: a tuple of mesh coordinates,
+    #                              a dict axis -> coordinate, or an int (values of the walk)
+    logical: bool = False        # device_id is a logical device number, not mesh coordinates
 
 
 def dma_refs(eqn, values, unknown) -> DmaRefs:
@@ -367,11 +385,14 @@ def dma_refs(eqn, values, unknown) -> DmaRefs:
         # dst sem transforms, src sem, src sem transforms, device id)
         pairs = [(parts[i], parts[i + 1] or (), avals[i]) for i in (0, 2, 4)]
         src_sem, device_id = parts[6], parts[8]
+        send = (parts[6], parts[7] or (), avals[6])
         dst_transforms = avals[3] or ()
     else:                # a TransformedRef each, or a plain ref
         pairs = [(getattr(p, "ref", p), getattr(p, "transforms", ()), getattr(a, "ref", a))
                  for p, a in zip(parts[:3], avals[:3])]
         src_sem, device_id = parts[3], parts[4]
+        send = (getattr(src_sem, "ref", src_sem), getattr(src_sem, "transforms", ()),
+                getattr(avals[3], "ref", avals[3]))
         dst_transforms = getattr(avals[1], "transforms", ())
     boxes = [_box(tuple(var.aval.shape), transforms, unknown)
              for _, transforms, var in pairs]
@@ -386,9 +407,43 @@ def dma_refs(eqn, values, unknown) -> DmaRefs:
         if box is not None and any(lo < 0 or hi > d for (lo, hi), d in zip(box, dims)):
             outside = f"{name} {[tuple(b) for b in box]} of a ref of shape {dims}"
             break
+    send_box = (_box(tuple(send[2].aval.shape), send[1], unknown)
+                if src_sem is not None and hasattr(send[2], "aval") else None)
     return DmaRefs(src=pairs[0][0], src_box=boxes[0], dst=pairs[1][0], dst_box=boxes[1],
                    sem=pairs[2][0], sem_box=boxes[2], nbytes=nbytes,
-                   remote=src_sem is not None or device_id is not None, outside=outside)
+                   remote=src_sem is not None or device_id is not None, outside=outside,
+                   send_sem=send[0] if src_sem is not None else None, send_sem_box=send_box,
+                   device_id=device_id, logical=_logical(eqn))
+
+
+def _logical(eqn) -> bool:
+    kind = eqn.params.get("device_id_type")
+    return "logical" in str(getattr(kind, "value", kind)).lower()
+
+
+@dataclasses.dataclass(frozen=True)
+class SemaphoreRefs:
+    """What a semaphore_signal or semaphore_wait equation names, during a walk."""
+    sem: object
+    sem_box: tuple | None
+    amount: object          # the increment, or the value waited for
+    device_id: object = None
+    logical: bool = False
+
+
+def semaphore_refs(eqn, values, unknown) -> SemaphoreRefs:
+    """The semaphore, the amount and (for a signal) the device of a semaphore_signal
+    or semaphore_wait equation: (ref, transforms, inc, device id, core) and (ref,
+    transforms, value, decrement) in every supported release."""
+    tree = eqn.params["args_tree"]
+    import jax
+
+    parts = jax.tree_util.tree_unflatten(tree, list(values))
+    avals = jax.tree_util.tree_unflatten(tree, list(eqn.invars))
+    ref, transforms, amount = parts[0], parts[1] or (), parts[2]
+    box = _box(tuple(avals[0].aval.shape), transforms, unknown)
+    device_id = parts[3] if eqn.primitive.name == "semaphore_signal" else None
+    return SemaphoreRefs(ref, box, amount, device_id, _logical(eqn))
 
 
 def _box(shape: tuple, transforms, unknown) -> tuple | None:
@@ -574,7 +629,7 @@ def tpu_chip():
     (``pltpu.emit_pipeline`` picks its DMA tiling by the chip's generation)."""
     import jax
 
-    if not hasattr(jax.sharding, "AbstractDevice"):
+    if not hasattr(jax.sharding, "AbstractDevice") or _mesh_in_context():
         return contextlib.nullcontext()
     try:
         device = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1,
@@ -587,6 +642,44 @@ def tpu_chip():
     axis_types = {"axis_types": (auto,)} if auto is not None else {}
     return jax.sharding.use_abstract_mesh(
         jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device, **axis_types))
+
+
+def _mesh_in_context() -> bool:
+    """Whether the caller set a mesh (``jax.set_mesh``): a program over several chips
+    keeps it, since a shard_map must run in the mesh of its context."""
+    import jax
+
+    getter = getattr(jax.sharding, "get_abstract_mesh", None)
+    return getter is not None and not getter().empty
+
+
+def without_mesh():
+    """A context with no mesh set (the kit's own known-good kernels run there, even in
+    a test that set one for a program over several chips)."""
+    import jax
+    from .frozen import np
+
+    return jax.set_mesh(jax.sharding.Mesh(np.empty((), dtype=object), ()))
+
+
+def with_kernel_params(eqn, **params):
+    """``eqn`` (a shard_map) with ``params`` set on every pallas_call in its body: a
+    kernel inside a shard_map is bound with the shard_map, not one by one."""
+    body = eqn.params.get("jaxpr")
+    if not is_jaxpr(body):
+        return eqn
+    return eqn.replace(params=dict(eqn.params, jaxpr=_kernels_replaced(body, params)))
+
+
+def _kernels_replaced(jaxpr, params):
+    eqns = []
+    for inner in jaxpr.eqns:
+        if is_kernel(inner):
+            inner = inner.replace(params=dict(inner.params, **params))
+        elif inner.primitive.name == "shard_map":
+            inner = with_kernel_params(inner, **params)
+        eqns.append(inner)
+    return jaxpr.replace(eqns=eqns)
 
 
 def traced_for_tpu():
