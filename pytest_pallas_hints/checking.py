@@ -622,8 +622,11 @@ def _machinery_error() -> str | None:
 
 def _blame(error: BaseException, step: str) -> None:
     """Re-raises ``error`` as a KitError when a known-good kernel fails too, in a clean
-    state: a kit problem is proven before it is called one."""
-    if isinstance(error, _VERDICTS) or jaxcompat.race_in(error):
+    state: a kit problem is proven before it is called one. A run that ran out of time is
+    never tried again here: its kernel may still be waiting (runtime.watch ends it)."""
+    from .runtime import KernelTimeout
+
+    if isinstance(error, (*_VERDICTS, KernelTimeout)) or jaxcompat.race_in(error):
         return
     broken = _machinery_error()
     if broken is not None:

@@ -710,6 +710,54 @@ def reset_interpreter() -> None:
     pltpu.reset_tpu_interpret_mode_state()
 
 
+def abort_interpreter(why: str) -> None:
+    """Ends every wait of the simulated chips, after the kit's time bound: a kernel that
+    waits forever (a signal nobody sends) would otherwise keep its device threads
+    waiting after the test, and hang the process at exit.
+
+    Newer releases have a switch for it: the run is marked failed, every waiting device
+    raises, a device that starts the kernel later fails at once, and the last one to
+    leave clears the interpreter's state; this waits a few seconds for that. Older
+    releases have none: every semaphore is filled and the interpreter's barriers are
+    broken, which ends the waits that are there. Either way a device thread may be left
+    behind (one that had not started the kernel yet): ``runtime`` remembers the abort,
+    and the process ends without waiting for it."""
+    import time
+
+    module, shared = _interpreter_state()
+    if shared is None:
+        return
+    if hasattr(shared, "set_failed"):
+        shared.set_failed(RuntimeError(why), top_level=False)
+        deadline = time.monotonic() + 5
+        while _interpreter_state()[1] is shared and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return
+    for sem in list(getattr(shared, "sem", {}).values()):
+        with sem.cv:
+            sem.count_by_core[:] = 1 << 30
+            sem.cv.notify_all()
+    for name in ("barrier", "clean_up_barrier"):
+        barrier = getattr(shared, name, None)
+        if barrier is not None and hasattr(barrier, "abort"):
+            barrier.abort()
+
+
+def _interpreter_state():
+    """(the interpreter's module, its shared state of simulated chips, or None)."""
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as module
+    except ImportError:
+        return None, None
+    if hasattr(module, "_shared_memory"):
+        return module, module._shared_memory
+    try:   # JAX < 0.9 keeps it in the shared_memory module
+        from jax._src.pallas.mosaic.interpret import shared_memory as memory
+    except ImportError:
+        return module, None
+    return module, getattr(memory, "_shared_memory", None)
+
+
 def drop_failed_tokens() -> None:
     """Forgets the effect tokens of a computation that failed mid-kernel.
 

@@ -159,3 +159,56 @@ def test_two_copies_on_one_receive_semaphore_are_named_and_one_each_passes():
                 assert failed.value.kind == "remote_shared_semaphore"
             else:
                 assert not measure(fn, x, structure=None).steps[0].dma_problems
+
+
+HANGS = """
+import functools
+import jax
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import PartitionSpec as P
+from pytest_pallas_hints.checking import measure
+
+
+def kernel(count_ref, x_ref, o_ref):
+    left = lax.rem(lax.axis_index("x") + 3, 4)
+    sem = pltpu.get_barrier_semaphore()
+    pl.semaphore_signal(sem, 1, device_id=(left,))
+    pl.semaphore_wait(sem, count_ref[0])   # 2, and one signal comes
+    o_ref[...] = x_ref[...]
+
+
+def call(count, x):
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec()],
+        compiler_params=pltpu.CompilerParams(collective_id=0))(count, x)
+
+
+def test_hangs():
+    mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:4]), ("x",))
+    fn = jax.shard_map(call, mesh=mesh, in_specs=(P(), P("x")), out_specs=P("x"),
+                       check_vma=False)
+    with jax.set_mesh(mesh):
+        ran = measure(fn, np.array([2], np.int32), np.ones((32, 128), np.float32),
+                      structure=None)
+        np.asarray(ran.output)
+
+
+def test_after():
+    assert True
+"""
+
+
+def test_a_hang_the_ledger_cannot_follow_ends_at_the_time_bound_and_so_does_the_run(kit):
+    """The barrier waits for as many signals as an SMEM input says (2; one comes): the
+    ledger cannot know the amount, the interpreter waits forever; the time bound fails
+    the test, ends the simulated chips' waits, and the process still ends."""
+    kit.write("exercises/test_hangs.py", HANGS)
+    result = kit.run("exercises/test_hangs.py", "--pallas-timeout=3", "-p", "no:randomly",
+                     subprocess=True)
+    out = result.stdout.str()
+    assert result.ret == 1 and "1 failed, 1 passed" in out, out
+    assert "KernelTimeout" in out or "no result after 3 s" in out
