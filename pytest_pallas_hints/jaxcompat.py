@@ -102,8 +102,55 @@ def missing() -> dict[str, str]:
 def require(feature: str) -> None:
     """Raises CannotVerify if ``feature`` is missing on this JAX."""
     reason = missing().get(feature)
+    if reason is None and feature in _COSTLY:
+        reason = _COSTLY[feature]()
     if reason is not None:
         raise CannotVerify(feature, reason)
+
+
+@functools.lru_cache(maxsize=None)
+def _remote_dmas() -> str | None:
+    """Why TPU interpret mode cannot simulate remote DMAs between chips here (None: it
+    can): a copy to the neighbour on a ring of two simulated CPU devices, run once."""
+    import jax
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+    from .frozen import np
+
+    if len(jax.devices("cpu")) < 2:
+        return cpu_devices_missing(2)
+
+    def kernel(x_ref, o_ref, send, recv):
+        other = 1 - jax.lax.axis_index("x")
+        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(other,))
+        copy.start()
+        copy.wait()
+
+    def shift(x):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+            interpret=interpret_params())(x)
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:2]), ("x",))
+    x = np.arange(2 * 8 * 128, dtype=np.float32).reshape(16, 128)
+    try:
+        with jax.set_mesh(mesh):
+            out = jax.jit(jax.shard_map(shift, mesh=mesh, in_specs=jax.sharding.PartitionSpec("x"),
+                                        out_specs=jax.sharding.PartitionSpec("x"),
+                                        check_vma=False))(x)
+            out = np.asarray(out)
+    except Exception as error:
+        return f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+    if not np.array_equal(out, np.roll(x, 8, axis=0)):
+        return "a copy to the neighbouring chip landed the wrong data"
+    return None
+
+
+# Features whose probe runs a kernel: asked for only by the tests that need them.
+_COSTLY = {"remote DMAs": _remote_dmas}
 
 
 @functools.lru_cache(maxsize=None)

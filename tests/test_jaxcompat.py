@@ -101,3 +101,14 @@ def test_a_process_that_started_jax_keeps_its_devices_and_says_why():
         "print(len(jax.devices('cpu')))\nprint(jaxcompat.cpu_devices_missing(4))\n")
     count, why = out.splitlines()
     assert count == "1" and "started its CPU backend with 1 device before the kit" in why
+
+
+def test_remote_dmas_are_probed_by_the_tests_that_need_them(monkeypatch):
+    if jaxcompat.cpu_devices_missing(2):
+        pytest.skip(jaxcompat.cpu_devices_missing(2))
+    runtime.use_interpret_mode(True)
+    jaxcompat.require("remote DMAs")   # a copy between two simulated chips works here
+    assert "remote DMAs" not in jaxcompat.FEATURES   # not probed by every session
+    monkeypatch.setenv(jaxcompat.MISSING_ENV, "remote DMAs")
+    with pytest.raises(jaxcompat.CannotVerify, match="remote DMAs is not available"):
+        jaxcompat.require("remote DMAs")
