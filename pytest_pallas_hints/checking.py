@@ -453,7 +453,7 @@ _DMA_SAYS = {
         ".wait() (or .wait_recv()) on the descriptor, on every device, for every copy "
         "that lands there."),
     "remote_before_barrier": (
-        "this copy (or signal) goes into another device (under 'device') before that "
+        "this copy (or signal) goes into another device (under 'devices': from → to) before that "
         "device has said it is running this kernel: on a TPU its buffers and semaphores "
         "may still belong to the computation before, which this write would corrupt. "
         "Start with a barrier: sem = pltpu.get_barrier_semaphore(); signal the neighbours "
@@ -461,7 +461,7 @@ _DMA_SAYS = {
         "pl.semaphore_wait(sem, n) for as many signals as you receive, before the first "
         "remote copy (and give the pallas_call pltpu.CompilerParams(collective_id=0))."),
     "remote_overwrite": (
-        "this copy writes into a buffer of another device (under 'device') that your "
+        "this copy writes into a buffer of another device (under 'devices': from → to) that your "
         "earlier copy (the line under 'in flight') also filled, and that device has not "
         "told you since that it has read it: nothing stops this copy landing while it "
         "still reads the last one. Let the receiver say when the buffer is free: it "
@@ -469,7 +469,7 @@ _DMA_SAYS = {
         "device_id=...)) once it has read the data, and the sender waits for that signal "
         "(pl.semaphore_wait(ready, 1)) before it sends into the buffer again."),
     "remote_shared_semaphore": (
-        "this copy lands on another device (under 'device') on the same receive "
+        "this copy lands on another device (under 'devices': from → to) on the same receive "
         "semaphore as your earlier copy (the line under 'in flight'), and that device has "
         "said nothing since: both may be in flight at once, and a wait there returns "
         "when either one has landed, so it may read the other's window before its data "
@@ -494,8 +494,8 @@ _DMA_SAYS = {
 
 _DMA_OTHER = {"dma_waited_twice": "waited", "dma_shared_semaphore": "also on it",
               "dma_wrong_semaphore": "started"}
-_DMA_DETAIL = {"dma_dtype": "dtypes", "dma_shape": "shapes", "remote_before_barrier": "device",
-               "remote_overwrite": "device", "remote_shared_semaphore": "device",
+_DMA_DETAIL = {"dma_dtype": "dtypes", "dma_shape": "shapes", "remote_before_barrier": "devices",
+               "remote_overwrite": "devices", "remote_shared_semaphore": "devices",
                "semaphore_left": "left"}
 
 

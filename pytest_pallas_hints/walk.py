@@ -760,7 +760,8 @@ class MeshLedger(Ledger):
         if not self.followed:
             return
         if target != self.device and key != "barrier" and not self.heard[target]:
-            self.run.problem(DmaProblem("remote_before_barrier", eqn, detail=str(target)))
+            self.run.problem(DmaProblem("remote_before_barrier", eqn,
+                                        detail=f"{self.device} → {target}"))
         there = self.run.ledgers[target]
         there.counts.setdefault((key, refs.sem_box), []).append(
             [self.device, int(np.asarray(refs.amount)), eqn])
@@ -804,17 +805,17 @@ class MeshLedger(Ledger):
         """A copy into another device: that device must have said it is in the kernel
         (the barrier), and must have said something since this device's last copy into
         the same window or onto the same receive semaphore (that it has read it)."""
+        path = f"{self.device} → {target}"
         if not self.heard[target]:
-            self.run.problem(DmaProblem("remote_before_barrier", eqn, detail=str(target)))
+            self.run.problem(DmaProblem("remote_before_barrier", eqn, detail=path))
         for was_target, was_sem, was_dst, was_box, heard, earlier in reversed(self.sent):
             if was_target != target or heard != self.heard[target]:
                 continue
             if was_dst == dst_key and _overlap(was_box, refs.dst_box):
-                self.run.problem(DmaProblem("remote_overwrite", eqn, earlier, str(target)))
+                self.run.problem(DmaProblem("remote_overwrite", eqn, earlier, path))
                 break
             if was_sem == (sem_key, refs.sem_box):
-                self.run.problem(DmaProblem("remote_shared_semaphore", eqn, earlier,
-                                            str(target)))
+                self.run.problem(DmaProblem("remote_shared_semaphore", eqn, earlier, path))
                 break
         self.sent.append((target, (sem_key, refs.sem_box), dst_key, refs.dst_box,
                           self.heard[target], eqn))
