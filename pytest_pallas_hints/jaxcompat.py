@@ -757,7 +757,7 @@ def reset_interpreter() -> None:
     pltpu.reset_tpu_interpret_mode_state()
 
 
-def abort_interpreter(why: str) -> None:
+def abort_interpreter(why: str) -> bool:
     """Ends every wait of the simulated chips, after the kit's time bound: a kernel that
     waits forever (a signal nobody sends) would otherwise keep its device threads
     waiting after the test, and hang the process at exit.
@@ -768,18 +768,20 @@ def abort_interpreter(why: str) -> None:
     releases have none: every semaphore is filled and the interpreter's barriers are
     broken, which ends the waits that are there. Either way a device thread may be left
     behind (one that had not started the kernel yet): ``runtime`` remembers the abort,
-    and the process ends without waiting for it."""
+    and the process ends without waiting for it. Returns whether the kernel ran on
+    several simulated chips (only then can a thread be left behind)."""
     import time
 
     module, shared = _interpreter_state()
     if shared is None:
-        return
+        return False
+    several = int(getattr(shared, "num_devices", 1) or 1) > 1
     if hasattr(shared, "set_failed"):
         shared.set_failed(RuntimeError(why), top_level=False)
         deadline = time.monotonic() + 5
         while _interpreter_state()[1] is shared and time.monotonic() < deadline:
             time.sleep(0.05)
-        return
+        return several
     for sem in list(getattr(shared, "sem", {}).values()):
         with sem.cv:
             sem.count_by_core[:] = 1 << 30
@@ -788,6 +790,7 @@ def abort_interpreter(why: str) -> None:
         barrier = getattr(shared, name, None)
         if barrier is not None and hasattr(barrier, "abort"):
             barrier.abort()
+    return several
 
 
 def _interpreter_state():

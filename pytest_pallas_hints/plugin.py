@@ -96,6 +96,7 @@ def pytest_load_initial_conftests(early_config, parser, args):
 
 
 def pytest_configure(config):
+    _SESSIONS.append(True)
     for line in ("puzzle(id): the puzzle this test checks, e.g. puzzle('basics.add_one')",
                  "tpu: runs only where a TPU is detected (kernels compiled, not interpreted)",
                  "gpu: runs only where an NVIDIA GPU is detected"):
@@ -135,11 +136,17 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     chapters.configure("exercises")
     compile_cache.uninstall()
+    if _SESSIONS:
+        _SESSIONS.pop()
     runtime = sys.modules.get("pytest_pallas_hints.runtime")
-    if runtime is not None and runtime.left_threads_behind():
-        # A kernel ended by the time bound may leave a simulated chip's thread waiting,
-        # and JAX would wait for it at exit: the run is over, so end the process here.
+    if runtime is not None and runtime.left_threads_behind() and not _SESSIONS:
+        # A kernel on several simulated chips ended by the time bound may leave a chip's
+        # thread waiting, and JAX would wait for it at exit: the run is over (and it is
+        # not a run nested in another, as the kit's own tests make), so end the process.
         runtime.exit_now(getattr(config, "_pallas_exitstatus", 1))
+
+
+_SESSIONS: list[bool] = []   # pytest runs configured in this process and not yet over
 
 
 @pytest.hookimpl(tryfirst=True)

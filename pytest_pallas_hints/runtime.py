@@ -114,8 +114,8 @@ def watch(seconds: float):
             yield
         except BaseException as error:
             if isinstance(error, KernelTimeout):   # its device threads still wait: end them
-                jaxcompat.abort_interpreter(str(error))
-                _ABORTED.append(str(error))
+                if jaxcompat.abort_interpreter(str(error)):
+                    _ABORTED.append(str(error))
             jaxcompat.reset_interpreter()  # a failed kernel leaves the simulated TPU dirty
             jaxcompat.drop_failed_tokens()
             raised = jaxcompat.race_in(error)
