@@ -5,6 +5,7 @@ One TOML file per chapter, ``exercises/hints/<chapter>.toml``::
     [chapter]
     title = "Basics: grids, BlockSpecs and index maps"
     order = 1
+    devices = 8                       # simulated chips the chapter needs (default 1)
 
     [[puzzle]]
     name = "add_one"                  # id: basics.add_one
@@ -57,6 +58,7 @@ class Chapter:
     title: str
     order: int
     puzzles: tuple[Puzzle, ...]
+    devices: int = 1          # the simulated CPU devices its tests need (a mesh of chips)
 
     @property
     def points(self) -> int:
@@ -122,8 +124,12 @@ def _read_chapter(path: Path) -> Chapter:
     entries = data.get("puzzle", [])
     if not entries:
         raise CatalogueError(f"{path}: no [[puzzle]] entries")
+    devices = head.get("devices", 1)
+    if not isinstance(devices, int) or devices < 1:
+        raise CatalogueError(f"{path}: [chapter] devices must be a whole number >= 1")
     return Chapter(name=name, title=head.get("title", name), order=int(head.get("order", 99)),
-                   puzzles=tuple(_read_puzzle(path, name, e) for e in entries))
+                   puzzles=tuple(_read_puzzle(path, name, e) for e in entries),
+                   devices=devices)
 
 
 def _read_puzzle(path: Path, chapter: str, entry: dict) -> Puzzle:

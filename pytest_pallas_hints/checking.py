@@ -119,7 +119,8 @@ class Measured:
         jaxcompat.require("work accounting")
         with kit_step("work accounting"):
             try:
-                return [self._walked(run.site.call, run.prefetch) or
+                return [self._on_mesh(run) if run.device is not None else
+                        self._walked(run.site.call, run.prefetch) or
                         walk.kernel_steps(run.site.call, run.prefetch) for run in self.executed]
             except walk.Uncountable as why:
                 fail("uncountable", (
@@ -265,9 +266,27 @@ class Measured:
         return [(site, n) for site in self.program.sites for n, inputs in enumerate(site.inputs)
                 if (inputs & positions if array is not None else not inputs)]
 
+    @functools.cached_property
+    def remote_bytes(self) -> int:
+        """The bytes the kernels' remote DMAs moved from chip to chip, all devices
+        together (each copy counted once, by the device that started it)."""
+        return sum(nbytes for counts in self.steps for _, nbytes, _, _ in counts.remote)
+
+    def _on_mesh(self, run) -> walk.Counts:
+        """What a kernel inside a shard_map did on device ``run.device`` (every device of
+        its mesh walked together, once)."""
+        for done, values, counts in self.walked:
+            if done is run.site.call and values is None:
+                return counts[run.device]
+        per_device = walk.mesh_steps(run.site.call, run.site.mesh)
+        self.walked.append((run.site.call, None, per_device))
+        return per_device[run.device]
+
     def _walked(self, call, prefetch):
         """The walk made before the run of this kernel, on the same prefetch values."""
         for done, values, counts in self.walked:
+            if values is None:
+                continue
             if done is call and len(values) == len(prefetch) and all(
                     np.array_equal(np.asarray(a), np.asarray(b))
                     for a, b in zip(values, prefetch)):
@@ -280,6 +299,11 @@ class Measured:
             fail("uncountable", (
                 f"{repeated[0].call.name}() is called inside a lax loop or branch around "
                 "the kernel: call pl.pallas_call directly, so that its work can be counted."))
+        prefetched = [s for s in self.program.sites if s.mesh and s.call.num_prefetch]
+        if prefetched:
+            fail("uncountable", (
+                f"{prefetched[0].call.name}() takes scalar prefetch inside a shard_map: its "
+                "values differ from device to device, and the kit cannot count its work."))
 
 
 _MEASURED: list = []   # the runs measured in the current test (for the cost model)
@@ -334,6 +358,9 @@ def _check_before_run(traced, args) -> tuple[set[int], list]:
     sites = [site for site in traced.sites if not site.repeated and small(site.call)]
     if not sites or "work accounting" in jaxcompat.missing():
         return set(), []
+    meshed = [site for site in sites if site.mesh]
+    sites = [site for site in sites if not site.mesh]
+    walked = _check_mesh_walks(meshed)
     with kit_step("checks before the run"):
         known = {}
         if any(site.call.num_prefetch for site in sites):
@@ -348,7 +375,35 @@ def _check_before_run(traced, args) -> tuple[set[int], list]:
                 ready.append((site.call, known[id(eqn_of[site.index])]))
             elif walk.has_dmas(site.call):
                 unchecked.add(site.index)
-    return unchecked, _check_walks(ready)
+    return unchecked, walked + _check_walks(ready)
+
+
+def _check_mesh_walks(sites) -> list:
+    """Walks every kernel that runs inside a shard_map on all the devices of its mesh
+    together, and raises the first problem of their DMA ledger (remote copies and
+    semaphores included): a wait no device will ever satisfy, a copy into a device that
+    has not said it is in the kernel, a copy never waited. Returns the walks,
+    (call, None, Counts per device)."""
+    from . import chapters
+
+    walked = []
+    for site in sites:
+        if site.call.num_prefetch:
+            continue
+        with kit_step("checks before the run"):
+            try:
+                per_device = walk.mesh_steps(site.call, site.mesh)
+            except walk.Uncountable:
+                continue
+        walked.append((site.call, None, per_device))
+        outside = [found for counts in per_device for found in counts.outside]
+        if outside:
+            raise Diagnosed("", findings=[_outside_finding(*outside[0], chapters.sources())])
+        counts = per_device[0]
+        if counts.dma_problems:
+            raise Diagnosed("", findings=[_dma_finding(counts.dma_problems[0],
+                                                       chapters.sources())])
+    return walked
 
 
 def _eqns_of(traced):
@@ -464,6 +519,45 @@ _DMA_SAYS = {
         "window onto a window of the same shape. Is the VMEM buffer shaped like the part "
         "of the array it receives (not transposed, not one row short), and does each "
         ".at[...] name the part you mean?"),
+    "dma_not_received": (
+        "a copy started here lands on another device, which never waits for it: its "
+        "data may not have arrived when that device reads it, and its receive semaphore "
+        "still counts the bytes when the kernel ends. The receiving side waits too: "
+        ".wait() (or .wait_recv()) on the descriptor, on every device, for every copy "
+        "that lands there."),
+    "remote_before_barrier": (
+        "this copy (or signal) goes into another device (under 'devices': from → to) before that "
+        "device has said it is running this kernel: on a TPU its buffers and semaphores "
+        "may still belong to the computation before, which this write would corrupt. "
+        "Start with a barrier: sem = pltpu.get_barrier_semaphore(); signal the neighbours "
+        "that will write into you (pl.semaphore_signal(sem, 1, device_id=...)), and "
+        "pl.semaphore_wait(sem, n) for as many signals as you receive, before the first "
+        "remote copy (and give the pallas_call pltpu.CompilerParams(collective_id=0))."),
+    "remote_overwrite": (
+        "this copy writes into a buffer of another device (under 'devices': from → to) that your "
+        "earlier copy (the line under 'in flight') also filled, and that device has not "
+        "told you since that it has read it: nothing stops this copy landing while it "
+        "still reads the last one. Let the receiver say when the buffer is free: it "
+        "signals a REGULAR semaphore on the sender (pl.semaphore_signal(ready, 1, "
+        "device_id=...)) once it has read the data, and the sender waits for that signal "
+        "(pl.semaphore_wait(ready, 1)) before it sends into the buffer again."),
+    "remote_shared_semaphore": (
+        "this copy lands on another device (under 'devices': from → to) on the same receive "
+        "semaphore as your earlier copy (the line under 'in flight'), and that device has "
+        "said nothing since: both may be in flight at once, and a wait there returns "
+        "when either one has landed, so it may read the other's window before its data "
+        "is there. Give each copy that may be in flight its own receive semaphore (an "
+        "array of them: pltpu.SemaphoreType.DMA((steps,)), and recv_sems.at[step])."),
+    "semaphore_never_signalled": (
+        "this pl.semaphore_wait waits for signals that no device sends: every device is "
+        "stuck waiting, and a TPU would hang here. Does the device that should signal "
+        "it do so, on this device (device_id) and on this semaphore, as many times as "
+        "you wait for?"),
+    "semaphore_left": (
+        "this semaphore still counts signals (under 'left') when the kernel ends: a "
+        "signal that no pl.semaphore_wait took. A TPU requires every semaphore back at "
+        "zero at the end of a kernel; wait for every signal you send (the barrier too: "
+        "wait for as many signals as your neighbours send you)."),
     "dma_out_of_bounds": (
         "this copy names a part of a ref past its ends (a slice, a slot or a semaphore "
         "index): a TPU would copy the wrong memory or fault. Check the index against "
@@ -473,19 +567,22 @@ _DMA_SAYS = {
 
 _DMA_OTHER = {"dma_waited_twice": "waited", "dma_shared_semaphore": "also on it",
               "dma_wrong_semaphore": "started"}
+_DMA_DETAIL = {"dma_dtype": "dtypes", "dma_shape": "shapes", "remote_before_barrier": "devices",
+               "remote_overwrite": "devices", "remote_shared_semaphore": "devices",
+               "semaphore_left": "left"}
 
 
 def _dma_finding(problem, sources) -> diagnose.Finding:
     def at(eqn) -> str:
         return _line_of(eqn, sources)
 
-    waits = problem.eqn.primitive.name == "dma_wait"
-    facts = [("waits" if waits else "started", at(problem.eqn))]
+    waits = problem.eqn.primitive.name in ("dma_wait", "semaphore_wait")
+    signals = problem.eqn.primitive.name == "semaphore_signal"
+    facts = [("waits" if waits else "signals" if signals else "started", at(problem.eqn))]
     if problem.other is not None:
         facts.append((_DMA_OTHER.get(problem.kind, "in flight"), at(problem.other)))
     if problem.detail:
-        label = {"dma_dtype": "dtypes", "dma_shape": "shapes"}.get(problem.kind, "window")
-        facts.append((label, problem.detail))
+        facts.append((_DMA_DETAIL.get(problem.kind, "window"), problem.detail))
     return diagnose.Finding(problem.kind, _DMA_SAYS[problem.kind], facts=facts)
 
 
@@ -591,7 +688,8 @@ def _machinery_error() -> str | None:
     jaxcompat.drop_failed_tokens()
     try:
         x = np.ones((8, 128), np.float32)
-        output, _ = program.execute(program.trace(twice, (x,), {}), (x,))
+        with jaxcompat.without_mesh():
+            output, _ = program.execute(program.trace(twice, (x,), {}), (x,))
         if not np.array_equal(np.asarray(output), 2 * x):
             return "a known-good kernel gave a wrong value"
     except Exception as error:
@@ -602,8 +700,11 @@ def _machinery_error() -> str | None:
 
 def _blame(error: BaseException, step: str) -> None:
     """Re-raises ``error`` as a KitError when a known-good kernel fails too, in a clean
-    state: a kit problem is proven before it is called one."""
-    if isinstance(error, _VERDICTS) or jaxcompat.race_in(error):
+    state: a kit problem is proven before it is called one. A run that ran out of time is
+    never tried again here: its kernel may still be waiting (runtime.watch ends it)."""
+    from .runtime import KernelTimeout
+
+    if isinstance(error, (*_VERDICTS, KernelTimeout)) or jaxcompat.race_in(error):
         return
     broken = _machinery_error()
     if broken is not None:
@@ -858,7 +959,8 @@ def _lowering_error() -> str | None:
 
     x = np.zeros((8, 128), np.float32)
     try:
-        program.lower_for_tpu(program.trace(copy, (x,), {}), (x,))
+        with jaxcompat.without_mesh():
+            program.lower_for_tpu(program.trace(copy, (x,), {}), (x,))
     except Exception as error:
         return f"{type(error).__name__}: {error}"
     return None

@@ -103,8 +103,55 @@ def missing() -> dict[str, str]:
 def require(feature: str) -> None:
     """Raises CannotVerify if ``feature`` is missing on this JAX."""
     reason = missing().get(feature)
+    if reason is None and feature in _COSTLY:
+        reason = _COSTLY[feature]()
     if reason is not None:
         raise CannotVerify(feature, reason)
+
+
+@functools.lru_cache(maxsize=None)
+def _remote_dmas() -> str | None:
+    """Why TPU interpret mode cannot simulate remote DMAs between chips here (None: it
+    can): a copy to the neighbour on a ring of two simulated CPU devices, run once."""
+    import jax
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+    from .frozen import np
+
+    if len(jax.devices("cpu")) < 2:
+        return cpu_devices_missing(2)
+
+    def kernel(x_ref, o_ref, send, recv):
+        other = 1 - jax.lax.axis_index("x")
+        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(other,))
+        copy.start()
+        copy.wait()
+
+    def shift(x):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+            interpret=interpret_params())(x)
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:2]), ("x",))
+    x = np.arange(2 * 8 * 128, dtype=np.float32).reshape(16, 128)
+    try:
+        with jax.set_mesh(mesh):
+            out = jax.jit(jax.shard_map(shift, mesh=mesh, in_specs=jax.sharding.PartitionSpec("x"),
+                                        out_specs=jax.sharding.PartitionSpec("x"),
+                                        check_vma=False))(x)
+            out = np.asarray(out)
+    except Exception as error:
+        return f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+    if not np.array_equal(out, np.roll(x, 8, axis=0)):
+        return "a copy to the neighbouring chip landed the wrong data"
+    return None
+
+
+# Features whose probe runs a kernel: asked for only by the tests that need them.
+_COSTLY = {"remote DMAs": _remote_dmas}
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,6 +172,46 @@ def _probes() -> tuple[tuple[str, str], ...]:
     if _compiler() is None:
         gaps.append(("compile cache", "JAX's compile entry point has another signature"))
     return tuple(gaps)
+
+
+# ------------------------------------------------------- simulated devices ---
+
+DEVICES_ENV = "JAX_NUM_CPU_DEVICES"   # read by JAX when it starts its CPU backend
+
+
+def simulate_cpu_devices(count: int) -> None:
+    """Asks JAX for ``count`` CPU devices (chips simulated on one CPU), where JAX has not
+    started its backends yet: before JAX is imported through the environment (nothing
+    is imported here), after through its config. A process that already started them
+    keeps what it has (``cpu_devices_missing`` says so to the tests that need more)."""
+    if count <= 1 or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return
+    if "jax" not in sys.modules:
+        if int(os.environ.get(DEVICES_ENV, "1") or 1) < count:
+            os.environ[DEVICES_ENV] = str(count)
+        return
+    try:
+        from jax._src import xla_bridge
+
+        started = xla_bridge.backends_are_initialized()
+    except (ImportError, AttributeError):
+        return
+    if not started and xla_bridge.num_cpu_devices.value < count:
+        import jax
+
+        jax.config.update("jax_num_cpu_devices", count)
+
+
+def cpu_devices_missing(count: int) -> str | None:
+    """Why this process cannot give ``count`` simulated chips (None: it can)."""
+    import jax
+
+    found = len(jax.devices("cpu"))
+    if found >= count:
+        return None
+    return (f"JAX started its CPU backend with {found} device{'s' * (found != 1)} before the "
+            f"kit could ask for {count} (set {DEVICES_ENV}={count}, or run pytest from the "
+            "kit's folder so that its plugin starts first)")
 
 
 # ------------------------------------------------------------------ jaxprs ---
@@ -172,6 +259,19 @@ def inlined(eqn):
                 return None
             return jaxpr, consts
     return None
+
+
+def shard_map_body(eqn):
+    """(jaxpr, ((axis name, size), ...)) of a shard_map equation: the body each device
+    of the mesh runs on its own shard; None for any other equation."""
+    if eqn.primitive.name != "shard_map" or not is_jaxpr(eqn.params.get("jaxpr")):
+        return None
+    mesh = eqn.params.get("mesh")
+    shape = getattr(mesh, "shape", None)
+    if not shape:
+        return None
+    names = getattr(mesh, "axis_names", tuple(shape))
+    return open_jaxpr(eqn.params["jaxpr"])[0], tuple((name, int(shape[name])) for name in names)
 
 
 def sub_jaxprs(eqn) -> list:
@@ -317,6 +417,11 @@ class DmaRefs:
     nbytes: int        # the size of the destination window (what a wait waits for)
     remote: bool       # a copy to or from another device: its semaphores are shared
     outside: str = ""  # "src [(-1, 0)] of shape (2,)": a window past the ends of its ref
+    send_sem: object = None      # a remote copy's semaphore on the sending device
+    send_sem_box: tuple | None = None
+    device_id: object = None     # where a remote copy goes: a tuple of mesh coordinates,
+    #                              a dict axis -> coordinate, or an int (values of the walk)
+    logical: bool = False        # device_id is a logical device number, not mesh coordinates
 
 
 def dma_refs(eqn, values, unknown) -> DmaRefs:
@@ -335,11 +440,14 @@ def dma_refs(eqn, values, unknown) -> DmaRefs:
         # dst sem transforms, src sem, src sem transforms, device id)
         pairs = [(parts[i], parts[i + 1] or (), avals[i]) for i in (0, 2, 4)]
         src_sem, device_id = parts[6], parts[8]
+        send = (parts[6], parts[7] or (), avals[6])
         dst_transforms = avals[3] or ()
     else:                # a TransformedRef each, or a plain ref
         pairs = [(getattr(p, "ref", p), getattr(p, "transforms", ()), getattr(a, "ref", a))
                  for p, a in zip(parts[:3], avals[:3])]
         src_sem, device_id = parts[3], parts[4]
+        send = (getattr(src_sem, "ref", src_sem), getattr(src_sem, "transforms", ()),
+                getattr(avals[3], "ref", avals[3]))
         dst_transforms = getattr(avals[1], "transforms", ())
     boxes = [_box(tuple(var.aval.shape), transforms, unknown)
              for _, transforms, var in pairs]
@@ -354,9 +462,43 @@ def dma_refs(eqn, values, unknown) -> DmaRefs:
         if box is not None and any(lo < 0 or hi > d for (lo, hi), d in zip(box, dims)):
             outside = f"{name} {[tuple(b) for b in box]} of a ref of shape {dims}"
             break
+    send_box = (_box(tuple(send[2].aval.shape), send[1], unknown)
+                if src_sem is not None and hasattr(send[2], "aval") else None)
     return DmaRefs(src=pairs[0][0], src_box=boxes[0], dst=pairs[1][0], dst_box=boxes[1],
                    sem=pairs[2][0], sem_box=boxes[2], nbytes=nbytes,
-                   remote=src_sem is not None or device_id is not None, outside=outside)
+                   remote=src_sem is not None or device_id is not None, outside=outside,
+                   send_sem=send[0] if src_sem is not None else None, send_sem_box=send_box,
+                   device_id=device_id, logical=_logical(eqn))
+
+
+def _logical(eqn) -> bool:
+    kind = eqn.params.get("device_id_type")
+    return "logical" in str(getattr(kind, "value", kind)).lower()
+
+
+@dataclasses.dataclass(frozen=True)
+class SemaphoreRefs:
+    """What a semaphore_signal or semaphore_wait equation names, during a walk."""
+    sem: object
+    sem_box: tuple | None
+    amount: object          # the increment, or the value waited for
+    device_id: object = None
+    logical: bool = False
+
+
+def semaphore_refs(eqn, values, unknown) -> SemaphoreRefs:
+    """The semaphore, the amount and (for a signal) the device of a semaphore_signal
+    or semaphore_wait equation: (ref, transforms, inc, device id, core) and (ref,
+    transforms, value, decrement) in every supported release."""
+    tree = eqn.params["args_tree"]
+    import jax
+
+    parts = jax.tree_util.tree_unflatten(tree, list(values))
+    avals = jax.tree_util.tree_unflatten(tree, list(eqn.invars))
+    ref, transforms, amount = parts[0], parts[1] or (), parts[2]
+    box = _box(tuple(avals[0].aval.shape), transforms, unknown)
+    device_id = parts[3] if eqn.primitive.name == "semaphore_signal" else None
+    return SemaphoreRefs(ref, box, amount, device_id, _logical(eqn))
 
 
 def _box(shape: tuple, transforms, unknown) -> tuple | None:
@@ -639,7 +781,7 @@ def tpu_chip():
     (``pltpu.emit_pipeline`` picks its DMA tiling by the chip's generation)."""
     import jax
 
-    if not hasattr(jax.sharding, "AbstractDevice"):
+    if not hasattr(jax.sharding, "AbstractDevice") or _mesh_in_context():
         return contextlib.nullcontext()
     try:
         device = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1,
@@ -652,6 +794,44 @@ def tpu_chip():
     axis_types = {"axis_types": (auto,)} if auto is not None else {}
     return jax.sharding.use_abstract_mesh(
         jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device, **axis_types))
+
+
+def _mesh_in_context() -> bool:
+    """Whether the caller set a mesh (``jax.set_mesh``): a program over several chips
+    keeps it, since a shard_map must run in the mesh of its context."""
+    import jax
+
+    getter = getattr(jax.sharding, "get_abstract_mesh", None)
+    return getter is not None and not getter().empty
+
+
+def without_mesh():
+    """A context with no mesh set (the kit's own known-good kernels run there, even in
+    a test that set one for a program over several chips)."""
+    import jax
+    from .frozen import np
+
+    return jax.set_mesh(jax.sharding.Mesh(np.empty((), dtype=object), ()))
+
+
+def with_kernel_params(eqn, **params):
+    """``eqn`` (a shard_map) with ``params`` set on every pallas_call in its body: a
+    kernel inside a shard_map is bound with the shard_map, not one by one."""
+    body = eqn.params.get("jaxpr")
+    if not is_jaxpr(body):
+        return eqn
+    return eqn.replace(params=dict(eqn.params, jaxpr=_kernels_replaced(body, params)))
+
+
+def _kernels_replaced(jaxpr, params):
+    eqns = []
+    for inner in jaxpr.eqns:
+        if is_kernel(inner):
+            inner = inner.replace(params=dict(inner.params, **params))
+        elif inner.primitive.name == "shard_map":
+            inner = with_kernel_params(inner, **params)
+        eqns.append(inner)
+    return jaxpr.replace(eqns=eqns)
 
 
 def traced_for_tpu():
@@ -681,6 +861,57 @@ def reset_interpreter() -> None:
 
     pltpu.reset_tpu_interpret_mode_state()
     reset_gpu_interpreter()
+
+
+def abort_interpreter(why: str) -> bool:
+    """Ends every wait of the simulated chips, after the kit's time bound: a kernel that
+    waits forever (a signal nobody sends) would otherwise keep its device threads
+    waiting after the test, and hang the process at exit.
+
+    Newer releases have a switch for it: the run is marked failed, every waiting device
+    raises, a device that starts the kernel later fails at once, and the last one to
+    leave clears the interpreter's state; this waits a few seconds for that. Older
+    releases have none: every semaphore is filled and the interpreter's barriers are
+    broken, which ends the waits that are there. Either way a device thread may be left
+    behind (one that had not started the kernel yet): ``runtime`` remembers the abort,
+    and the process ends without waiting for it. Returns whether the kernel ran on
+    several simulated chips (only then can a thread be left behind)."""
+    import time
+
+    module, shared = _interpreter_state()
+    if shared is None:
+        return False
+    several = int(getattr(shared, "num_devices", 1) or 1) > 1
+    if hasattr(shared, "set_failed"):
+        shared.set_failed(RuntimeError(why), top_level=False)
+        deadline = time.monotonic() + 5
+        while _interpreter_state()[1] is shared and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return several
+    for sem in list(getattr(shared, "sem", {}).values()):
+        with sem.cv:
+            sem.count_by_core[:] = 1 << 30
+            sem.cv.notify_all()
+    for name in ("barrier", "clean_up_barrier"):
+        barrier = getattr(shared, name, None)
+        if barrier is not None and hasattr(barrier, "abort"):
+            barrier.abort()
+    return several
+
+
+def _interpreter_state():
+    """(the interpreter's module, its shared state of simulated chips, or None)."""
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as module
+    except ImportError:
+        return None, None
+    if hasattr(module, "_shared_memory"):
+        return module, module._shared_memory
+    try:   # JAX < 0.9 keeps it in the shared_memory module
+        from jax._src.pallas.mosaic.interpret import shared_memory as memory
+    except ImportError:
+        return module, None
+    return module, getattr(memory, "_shared_memory", None)
 
 
 def drop_failed_tokens() -> None:

@@ -96,6 +96,7 @@ def pytest_load_initial_conftests(early_config, parser, args):
 
 
 def pytest_configure(config):
+    _SESSIONS.append(True)
     for line in ("puzzle(id): the puzzle this test checks, e.g. puzzle('basics.add_one')",
                  "tpu: runs only where a TPU is detected (kernels compiled, not interpreted)",
                  "gpu: runs only where an NVIDIA GPU is detected",
@@ -127,14 +128,34 @@ def pytest_configure(config):
         raise pytest.UsageError(str(error)) from None
     chapters.configure("reference" if config.getoption("reference") else "exercises",
                        config.getoption("pallas_patch"))
+    # Chips simulated on the CPU, for a chapter about several of them: asked for before
+    # any test starts JAX, so that every chapter of a run sees the same devices.
+    jaxcompat.simulate_cpu_devices(max((c.devices for c in kit.values()), default=1))
     config.pluginmanager.register(PallasRun(config, root, kit, hint, seed), "pallas-run")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistSeed(seed), "pallas-xdist-seed")
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     chapters.configure("exercises")
     compile_cache.uninstall()
+    if _SESSIONS:
+        _SESSIONS.pop()
+    runtime = sys.modules.get("pytest_pallas_hints.runtime")
+    if runtime is not None and runtime.left_threads_behind() and not _SESSIONS:
+        # A kernel on several simulated chips ended by the time bound may leave a chip's
+        # thread waiting, and JAX would wait for it at exit: the run is over (and it is
+        # not a run nested in another, as the kit's own tests make), so end the process.
+        runtime.exit_now(getattr(config, "_pallas_exitstatus", 1))
+
+
+_SESSIONS: list[bool] = []   # pytest runs configured in this process and not yet over
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    session.config._pallas_exitstatus = int(exitstatus)
 
 
 @pytest.fixture

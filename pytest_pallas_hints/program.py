@@ -33,6 +33,13 @@ class Site:
     foreign: str = ""     # a JAX library file the kernel's code comes from, if any
     inputs: tuple = ()    # per operand (prefetch ones first): the positions, among the
     #                       program's flat inputs, of the inputs its value comes from
+    mesh: tuple = ()      # ((axis name, size), ...) of the shard_map it runs in: it runs
+    #                       once on every device of that mesh (a simulated chip each)
+
+    @property
+    def devices(self) -> int:
+        """How many devices run this kernel (each on its own shard)."""
+        return int(np.prod([size for _, size in self.mesh], dtype=np.int64)) if self.mesh else 1
 
 
 @dataclasses.dataclass
@@ -89,7 +96,7 @@ def read(closed, out_tree) -> Program:
     callbacks: list[str] = []
     operand_nodes: list = []
 
-    def walk(jaxpr, inputs: list, repeated: bool) -> list:
+    def walk(jaxpr, inputs: list, repeated: bool, mesh: tuple = ()) -> list:
         env = dict(zip(jaxpr.invars, inputs))
         for var in jaxpr.constvars:
             env[var] = graph.add("const", [])
@@ -104,7 +111,7 @@ def read(closed, out_tree) -> Program:
                 callbacks.append(name)
             if jaxcompat.is_kernel(eqn):
                 call = jaxcompat.kernel_call(eqn)
-                site = Site(len(sites), call, repeated, _foreign(call.kernel))
+                site = Site(len(sites), call, repeated, _foreign(call.kernel), mesh=mesh)
                 bounds = len(site.call.dynamic_grid)   # dynamic grid sizes come first
                 operand_nodes.append((site, [node(v) for v in eqn.invars[bounds:]]))
                 sites.append(site)
@@ -116,7 +123,11 @@ def read(closed, out_tree) -> Program:
             elif jaxcompat.inlined(eqn) is not None:
                 inner, _ = jaxcompat.inlined(eqn)
                 outs = walk(inner, [graph.add("const", []) if n is None else n
-                                    for n in map(node, eqn.invars)], repeated)
+                                    for n in map(node, eqn.invars)], repeated, mesh)
+            elif jaxcompat.shard_map_body(eqn) is not None:   # once per device, each on
+                inner, axes = jaxcompat.shard_map_body(eqn)   # its own shard
+                outs = walk(inner, [graph.add("const", []) if n is None else n
+                                    for n in map(node, eqn.invars)], repeated, mesh + axes)
             else:
                 inner_outs = []
                 for inner, _ in jaxcompat.sub_jaxprs(eqn):  # cond, while, scan...
@@ -309,9 +320,12 @@ def learners(error: BaseException) -> BaseException:
 
 @dataclasses.dataclass
 class Executed:
-    """One run of one kernel: its site and the scalar-prefetch values it got."""
+    """One run of one kernel: its site and the scalar-prefetch values it got; for a
+    kernel inside a shard_map, one run per device (``device``: its index in the mesh,
+    row-major over the mesh's axes)."""
     site: Site
     prefetch: list
+    device: int | None = None
 
 
 def execute(program: Program, args: tuple):
@@ -327,6 +341,8 @@ def execute(program: Program, args: tuple):
         captured = []
 
         def visit(eqn, invals):
+            if eqn is None:   # the kernels inside a shard_map: run as traced
+                return {}
             site = program.sites[program._by_eqn[id(eqn)]]
             captured.append((site.index, list(invals[:site.call.num_prefetch])))
             return jaxcompat.multiplying_as_on_chip(eqn)
@@ -337,6 +353,12 @@ def execute(program: Program, args: tuple):
     outs, captured = jax.jit(run)(*flat)
     executed = [Executed(program.sites[index], [np.asarray(v) for v in values])
                 for index, values in captured]
+    # A kernel inside a shard_map ran once on every device of its mesh (the shard_map
+    # runs as one op, so its kernels are not visited one by one; none of them may take
+    # scalar prefetch, whose values differ per device: see Measured._countable).
+    executed += [Executed(site, [], device=d) for site in program.sites
+                 if site.mesh and not site.repeated and not site.call.num_prefetch
+                 for d in range(site.devices)]
     return jax.tree_util.tree_unflatten(program.out_tree, outs), executed
 
 
@@ -357,7 +379,8 @@ def lower_for_tpu(program: Program, args: tuple) -> None:
 
 def _evaluate(jaxpr, consts, args, visit) -> list:
     """Applies ``jaxpr``'s equations one by one (calls inlined); ``visit(eqn, invals)``
-    sees every pallas_call first and returns parameters to replace."""
+    sees every pallas_call first and returns parameters to replace; ``visit(None,
+    None)``: the parameters to replace in every pallas_call inside a shard_map."""
     env = dict(zip(jaxpr.constvars, consts))
     env.update(zip(jaxpr.invars, args))
 
@@ -369,6 +392,9 @@ def _evaluate(jaxpr, consts, args, visit) -> list:
         inner = jaxcompat.inlined(eqn)
         if jaxcompat.is_kernel(eqn):
             outs = jaxcompat.bind(eqn, invals, **visit(eqn, invals))
+        elif jaxcompat.shard_map_body(eqn) is not None and visit(None, None):
+            outs = jaxcompat.bind(jaxcompat.with_kernel_params(eqn, **visit(None, None)),
+                                  invals)
         elif inner is not None:
             outs = _evaluate(inner[0], inner[1], invals, visit)
         else:

@@ -160,6 +160,9 @@ def watch(seconds: float):
         try:
             yield
         except BaseException as error:
+            if isinstance(error, KernelTimeout):   # its device threads still wait: end them
+                if jaxcompat.abort_interpreter(str(error)):
+                    _ABORTED.append(str(error))
             jaxcompat.reset_interpreter()  # a failed kernel leaves the simulated TPU dirty
             jaxcompat.drop_failed_tokens()
             raised = jaxcompat.race_in(error)
@@ -170,6 +173,28 @@ def watch(seconds: float):
         races.append("a race (the interpreter did not say where)")
     if races:
         raise RaceDetected(races)
+
+
+_ABORTED: list[str] = []   # kernels ended by the time bound in this process
+
+
+def left_threads_behind() -> bool:
+    """Whether a kernel was ended by the time bound in this process: the simulated
+    chips' threads it leaves may keep the process from ending (see ``exit_now``)."""
+    return bool(_ABORTED)
+
+
+def exit_now(status: int) -> None:
+    """Ends the process at once with ``status``, output flushed: after a kernel that was
+    ended by the time bound, JAX would wait at exit for device threads that never end."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(int(status))
 
 
 @contextlib.contextmanager

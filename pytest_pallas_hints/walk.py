@@ -71,6 +71,9 @@ class Counts:
     executed: dict = dataclasses.field(default_factory=dict)      # primitive -> times run
     overlapped: dict = dataclasses.field(default_factory=dict)    # primitive -> times run
     #                               while at least one DMA was in flight
+    remote: list = dataclasses.field(default_factory=list)   # (target device, bytes,
+    #                               source operand, destination operand) per copy this
+    #                               device started into another device (a remote DMA)
 
 
 @dataclasses.dataclass
@@ -103,6 +106,8 @@ class _Copy:
     owed: int             # bytes its semaphore still owes the waits
     eqn: object
     waited_by: object = None   # the wait that took its last bytes
+    sender: int | None = None  # a remote copy landing here: the device that started it
+    send: bool = False         # the sending side of a remote copy (its send semaphore)
 
     @property
     def dst(self):
@@ -133,14 +138,7 @@ class Ledger:
     def start(self, refs, eqn, into: str) -> None:
         if not self._follows(refs) or self._outside(refs, eqn):
             return
-        dtypes = [getattr(getattr(r, "aval", None), "dtype", None) for r in (refs.src, refs.dst)]
-        if None not in dtypes and dtypes[0] != dtypes[1]:
-            self.problems.append(DmaProblem("dma_dtype", eqn,
-                                            detail=f"{dtypes[0]} -> {dtypes[1]}"))
-        shapes = [_extent(box) for box in (refs.src_box, refs.dst_box)]
-        if None not in shapes and shapes[0] != shapes[1]:
-            self.problems.append(DmaProblem("dma_shape", eqn, detail=(
-                f"{_shown(refs.src_box)} -> {_shown(refs.dst_box)}")))
+        self.problems += self._mismatched(refs, eqn)
         for copy in self.in_flight:
             if copy.dst is refs.dst and _overlap(copy.dst_box, refs.dst_box):
                 self.problems.append(self._misnamed(copy) or
@@ -150,6 +148,19 @@ class Ledger:
                                     refs.nbytes, eqn))
         self.most = max(self.most, len(self.in_flight))
 
+    @staticmethod
+    def _mismatched(refs, eqn) -> list:
+        """A copy between refs of two dtypes, or windows of two shapes."""
+        found = []
+        dtypes = [getattr(getattr(r, "aval", None), "dtype", None) for r in (refs.src, refs.dst)]
+        if None not in dtypes and dtypes[0] != dtypes[1]:
+            found.append(DmaProblem("dma_dtype", eqn, detail=f"{dtypes[0]} -> {dtypes[1]}"))
+        shapes = [_extent(box) for box in (refs.src_box, refs.dst_box)]
+        if None not in shapes and shapes[0] != shapes[1]:
+            found.append(DmaProblem("dma_shape", eqn, detail=(
+                f"{_shown(refs.src_box)} -> {_shown(refs.dst_box)}")))
+        return found
+
     def wait(self, refs, eqn, into: str) -> None:
         if not self._follows(refs) or self._outside(refs, eqn):
             return
@@ -157,7 +168,7 @@ class Ledger:
         on_it = [c for c in self.in_flight if c.sem[0] is refs.sem and c.sem[1] == refs.sem_box]
         self.waits.append((_window(refs), (refs.sem, refs.sem_box), eqn))
         if not on_it:
-            mine = [c for c in self.in_flight if c.window == _window(refs)]
+            mine = [c for c in self.in_flight if _describes(refs, c.window)]
             if mine and None not in (refs.src_box, refs.dst_box):
                 self.problems.append(DmaProblem("dma_wrong_semaphore", eqn, mine[0].eqn))
                 return
@@ -172,14 +183,31 @@ class Ledger:
                 self.in_flight.remove(copy)
                 copy.waited_by = eqn
                 self.landed.append(copy)
+                self._landed(copy)
             if not owed:
                 return
-        again = [c for c in self.landed if c.window == _window(refs)
+        self.problems.append(self._unmatched(refs, eqn))
+
+    def _unmatched(self, refs, eqn) -> DmaProblem:
+        """The problem of a wait that finds too few bytes on its semaphore."""
+        again = [c for c in self.landed if _describes(refs, c.window)
                  and None not in (refs.src_box, refs.dst_box)]
         if again:
-            self.problems.append(DmaProblem("dma_waited_twice", eqn, again[-1].waited_by))
-        else:
-            self.problems.append(DmaProblem("dma_never_started", eqn))
+            return DmaProblem("dma_waited_twice", eqn, again[-1].waited_by)
+        return DmaProblem("dma_never_started", eqn)
+
+    def _landed(self, copy) -> None:
+        """A copy whose last bytes a wait took (MeshLedger: word from its sender)."""
+
+    def signal(self, refs, eqn) -> None:
+        """pl.semaphore_signal: followed on a mesh only (MeshLedger)."""
+
+    def sem_wait(self, refs, eqn) -> None:
+        """pl.semaphore_wait: followed on a mesh only (MeshLedger)."""
+
+    def barrier(self):
+        """pltpu.get_barrier_semaphore(): a ref on a mesh only (MeshLedger)."""
+        return UNKNOWN
 
     def close(self, scope: list | None = None) -> None:
         """The end of the kernel run (``scope`` None) or of a run_scoped that allocated
@@ -214,6 +242,13 @@ class Ledger:
             self.followed = False
             self.in_flight = []
         return self.followed
+
+
+def _describes(refs, window) -> bool:
+    """Whether a wait's descriptor names this copy's window (a remote copy's send side
+    is waited with source and destination swapped)."""
+    mine = _window(refs)
+    return window == mine or window == (mine[2], mine[3], mine[0], mine[1])
 
 
 def _extent(box) -> tuple | None:
@@ -253,7 +288,8 @@ def _fresh(var, operand=None) -> _Ref:
 _NOT_WORK = frozenset({"get", "swap", "addupdate", "dma_start", "dma_wait", "program_id",
                        "num_programs", "cond", "while", "scan", "run_scoped", "pjit",
                        "closed_call", "jit", "semaphore_signal", "semaphore_wait",
-                       "semaphore_read", "iota", "broadcast_in_dim", "reshape", "squeeze",
+                       "semaphore_read", "axis_index", "get_barrier_semaphore",
+                       "iota", "broadcast_in_dim", "reshape", "squeeze",
                        "expand_dims", "convert_element_type", "multiple_of"})
 
 
@@ -315,10 +351,11 @@ class Walk:
     """Walks jaxprs with known and unknown values, counting what a kernel does."""
 
     def __init__(self, grid=(), point=(), counts: Counts | None = None,
-                 ledger: Ledger | None = None):
+                 ledger: Ledger | None = None, place: dict | None = None):
         self.grid, self.point = grid, point
         self.counts = counts if counts is not None else Counts()
         self.ledger = ledger if ledger is not None else Ledger()
+        self.place = place or {}   # on a mesh: axis name -> (this device's index, size)
 
     def run(self, jaxpr, consts, args) -> list:
         env = {}
@@ -350,6 +387,15 @@ class Walk:
             return [np.int32(self.point[eqn.params["axis"]])]
         if name == "num_programs":
             return [np.int32(self.grid[eqn.params["axis"]])]
+        if name == "axis_index":
+            return [self.axis_index(eqn.params["axis_name"])]
+        if name == "get_barrier_semaphore":
+            return [self.ledger.barrier()]
+        if name in ("semaphore_signal", "semaphore_wait"):
+            refs = jaxcompat.semaphore_refs(eqn, values, UNKNOWN)
+            (self.ledger.signal if name == "semaphore_signal" else self.ledger.sem_wait)(
+                refs, eqn)
+            return unknown
         if name in ("get", "swap", "addupdate"):
             return self.ref_access(eqn, values) if isinstance(values[0], _Ref) else unknown
         if name == "dot_general":
@@ -360,6 +406,11 @@ class Walk:
         if name == "dma_start":
             copy = jaxcompat.dma_copy(eqn)
             refs = jaxcompat.dma_refs(eqn, values, UNKNOWN)
+            if refs.remote:   # chip to chip: not HBM <-> VMEM traffic, counted apart
+                target = self.ledger.start(refs, eqn, into=copy[1])
+                self.counts.remote.append((target, copy[2], getattr(refs.src, "operand", None),
+                                           getattr(refs.dst, "operand", None)))
+                return unknown
             self.counts.dmas.append(copy)
             self.counts.dma_operands.append((getattr(refs.src, "operand", None),
                                              getattr(refs.dst, "operand", None), copy[2]))
@@ -396,6 +447,16 @@ class Walk:
             if _counts_anything(jaxpr):
                 raise Uncountable(f"a {name} whose body the kit cannot follow")
         return unknown
+
+    def axis_index(self, names):
+        """This device's index along mesh axes ``names`` (row-major over several)."""
+        names = names if isinstance(names, (tuple, list)) else (names,)
+        if not all(n in self.place for n in names):
+            return UNKNOWN
+        index = 0
+        for n in names:
+            index = index * self.place[n][1] + self.place[n][0]
+        return np.int32(index)
 
     def ref_access(self, eqn, values):
         ref, name = values[0], eqn.primitive.name
@@ -439,7 +500,7 @@ def _cond(outer: Walk, eqn, values) -> list:
                           "kernel loaded, with a DMA start or wait inside")
     counted, written, ran, busiest, dots = [], [], {}, 0, {}
     for branch in branches:
-        walk = Walk(outer.grid, outer.point)
+        walk = Walk(outer.grid, outer.point, place=outer.place)
         jaxpr, consts = jaxcompat.open_jaxpr(branch)
         copies = [_Ref(v.value, v.aval, v.operand) if isinstance(v, _Ref) else v
                   for v in operands]
@@ -627,6 +688,338 @@ def kernel_steps(call, prefetch: list) -> Counts:
     counts.most_in_flight, counts.dma_problems = ledger.most, ledger.problems
     counts.dmas_followed = ledger.followed
     return counts
+
+
+# ------------------------------------------------------------------- a mesh ---
+
+class _Stop(BaseException):
+    """Ends a device's walk once the walk of its mesh is over (a deadlock named, or a
+    failure on another device)."""
+
+
+class MeshLedger(Ledger):
+    """The DMA ledger of one device of a mesh, walked beside the others (``MeshRun``).
+
+    A remote copy is two copies in flight: its sending side on this device's send
+    semaphore, its landing side on the target's receive semaphore (waited there). A
+    wait that finds too few bytes, or a semaphore_wait too few signals, hands the turn
+    to another device, which may still send them; when every device is waiting, the
+    waits are named (a TPU would hang). Words from another device (a copy that landed
+    here, a signal) are remembered: a copy into a device that has not said it is in
+    the kernel (the barrier), or a second copy into it on the same receive semaphore
+    or window before it has said anything since the first, is named."""
+
+    def __init__(self, run: "MeshRun", device: int):
+        super().__init__()
+        self.run, self.device = run, device
+        self.heard = [0] * run.count       # words from each device, so far
+        self.counts: dict = {}             # (semaphore key, box) -> [[sender, amount, eqn]]
+        self.sent: list = []               # (target, sem key, dst key, dst box, heard, eqn)
+        self.own_barrier = _Ref(operand="barrier")
+
+    # -- what the walk calls
+    def barrier(self):
+        return self.own_barrier
+
+    def start(self, refs, eqn, into: str):
+        if not refs.remote:
+            return super().start(refs, eqn, into)
+        target = self.run.target(self.device, refs)
+        keys = [self.run.key(self.device, r) for r in (refs.dst, refs.sem, refs.send_sem)]
+        if (target is None or None in keys or None in (refs.sem_box, refs.send_sem_box)
+                or not isinstance(refs.send_sem, _Ref)):
+            self.run.give_up()
+            return target
+        if self._outside(refs, eqn) or not self.followed:
+            return target
+        self.problems += self._mismatched(refs, eqn)
+        if target != self.device:
+            self._check_target(target, keys[1], keys[0], refs, eqn)
+        self.in_flight.append(_Copy((refs.send_sem, refs.send_sem_box), _window(refs),
+                                    self.run.space(refs.src), refs.nbytes, eqn, send=True))
+        there = self.run.ledgers[target]
+        landing = _Copy((self.run.ref_at(target, keys[1]), refs.sem_box),
+                        (refs.src, refs.src_box, self.run.ref_at(target, keys[0]), refs.dst_box),
+                        into, refs.nbytes, eqn, sender=self.device)
+        for copy in there.in_flight:
+            if not copy.send and copy.dst is landing.dst and _overlap(copy.dst_box,
+                                                                      landing.dst_box):
+                self.run.problem(DmaProblem("dma_overwrite", eqn, copy.eqn))
+                break
+        there.in_flight.append(landing)
+        there.most = max(there.most, len(there.in_flight))
+        self.most = max(self.most, len(self.in_flight))
+        self.run.wake(target)
+        return target
+
+    def wait(self, refs, eqn, into: str) -> None:
+        if not self._follows(refs) or refs.outside:
+            return super().wait(refs, eqn, into)
+        while self.followed and self._owed(refs) < refs.nbytes:
+            self.run.block(self.device, lambda: self._unmatched(refs, eqn))
+        super().wait(refs, eqn, into)
+
+    def signal(self, refs, eqn) -> None:
+        target = self.device if refs.device_id is None else self.run.target(self.device, refs)
+        key = self.run.key(self.device, refs.sem)
+        if target is None or key is None or refs.sem_box is None or refs.amount is UNKNOWN:
+            self.run.give_up()
+            return
+        if not self.followed:
+            return
+        if target != self.device and key != "barrier" and not self.heard[target]:
+            self.run.problem(DmaProblem("remote_before_barrier", eqn,
+                                        detail=f"{self.device} → {target}"))
+        there = self.run.ledgers[target]
+        there.counts.setdefault((key, refs.sem_box), []).append(
+            [self.device, int(np.asarray(refs.amount)), eqn])
+        self.run.wake(target)
+
+    def sem_wait(self, refs, eqn) -> None:
+        key = self.run.key(self.device, refs.sem)
+        if key is None or refs.sem_box is None or refs.amount is UNKNOWN:
+            self.run.give_up()
+            return
+        wanted = int(np.asarray(refs.amount))
+        queue = self.counts.setdefault((key, refs.sem_box), [])
+        while self.followed and sum(amount for _, amount, _ in queue) < wanted:
+            self.run.block(self.device, lambda: DmaProblem("semaphore_never_signalled", eqn))
+        if not self.followed:
+            return
+        while wanted:
+            entry = queue[0]
+            taken = min(wanted, entry[1])
+            entry[1] -= taken
+            wanted -= taken
+            if not entry[1]:
+                queue.pop(0)
+                self.heard[entry[0]] += 1
+
+    # -- bookkeeping
+    def _follows(self, refs) -> bool:
+        if self.followed and (refs.sem_box is None or not isinstance(refs.sem, _Ref)):
+            self.run.give_up()
+        return self.followed
+
+    def _owed(self, refs) -> int:
+        return sum(c.owed for c in self.in_flight
+                   if c.sem[0] is refs.sem and c.sem[1] == refs.sem_box)
+
+    def _landed(self, copy) -> None:
+        if copy.sender is not None:
+            self.heard[copy.sender] += 1
+
+    def _check_target(self, target, sem_key, dst_key, refs, eqn) -> None:
+        """A copy into another device: that device must have said it is in the kernel
+        (the barrier), and must have said something since this device's last copy into
+        the same window or onto the same receive semaphore (that it has read it)."""
+        path = f"{self.device} → {target}"
+        if not self.heard[target]:
+            self.run.problem(DmaProblem("remote_before_barrier", eqn, detail=path))
+        for was_target, was_sem, was_dst, was_box, heard, earlier in reversed(self.sent):
+            if was_target != target or heard != self.heard[target]:
+                continue
+            if was_dst == dst_key and _overlap(was_box, refs.dst_box):
+                self.run.problem(DmaProblem("remote_overwrite", eqn, earlier, path))
+                break
+            if was_sem == (sem_key, refs.sem_box):
+                self.run.problem(DmaProblem("remote_shared_semaphore", eqn, earlier, path))
+                break
+        self.sent.append((target, (sem_key, refs.sem_box), dst_key, refs.dst_box,
+                          self.heard[target], eqn))
+
+    def leftovers(self) -> list:
+        """What is still owed when every device has finished: copies never waited (on
+        the sending side, or where they landed) and signals never waited for."""
+        found = []
+        for copy in self.in_flight:
+            kind = "dma_not_received" if copy.sender is not None else "dma_not_waited"
+            found.append(self._misnamed(copy) or DmaProblem(kind, copy.eqn))
+        for (key, _), queue in self.counts.items():
+            left = [entry for entry in queue if entry[1]]
+            if left:
+                found.append(DmaProblem("semaphore_left", left[-1][2],
+                                        detail=str(sum(e[1] for e in left))))
+        return found
+
+
+class MeshRun:
+    """Every device of one kernel's mesh, walked together, one at a time: a device
+    runs until it waits for something no device has sent yet, then hands the turn on
+    (in device order). The order cannot change a verdict: a device's semaphores are
+    waited on by that device only, so what each wait eventually receives does not
+    depend on who ran first."""
+
+    def __init__(self, axes: tuple, refs: list):
+        import threading
+
+        self.names = tuple(name for name, _ in axes)
+        self.sizes = tuple(size for _, size in axes)
+        self.count = int(np.prod(self.sizes, dtype=np.int64)) if axes else 1
+        self.refs = refs                     # per device: the kernel's refs, in order
+        self.index = [{id(r): n for n, r in enumerate(mine)} for mine in refs]
+        self.ledgers = [MeshLedger(self, d) for d in range(self.count)]
+        self.cv = threading.Condition()
+        self.turn, self.over, self.failure = 0, False, None
+        self.state = ["ready"] * self.count   # ready, running, blocked, done
+        self.woken = [False] * self.count
+        self.waiting: list = [None] * self.count   # what a blocked device waits for
+        self.problems: list[DmaProblem] = []
+
+    @property
+    def followed(self) -> bool:
+        return self.ledgers[0].followed
+
+    def place(self, device: int) -> dict:
+        coords = np.unravel_index(device, self.sizes) if self.sizes else ()
+        return {n: (int(c), s) for n, c, s in zip(self.names, coords, self.sizes)}
+
+    def key(self, device: int, ref):
+        """Which of the kernel's refs ``ref`` is (the same on every device), or None."""
+        if not isinstance(ref, _Ref):
+            return None
+        if ref.operand == "barrier":
+            return "barrier"
+        return self.index[device].get(id(ref))
+
+    def ref_at(self, device: int, key):
+        return self.ledgers[device].own_barrier if key == "barrier" else self.refs[device][key]
+
+    def space(self, ref) -> str:
+        return jaxcompat.memory_space(getattr(ref, "aval", None))
+
+    def target(self, device: int, refs):
+        """The device a remote copy or signal goes to, or None where unknown."""
+        ids = refs.device_id
+        here = np.unravel_index(device, self.sizes) if self.sizes else ()
+        try:
+            if isinstance(ids, dict):
+                coords = [ids.get(n, ids.get((n,), here[k])) for k, n in enumerate(self.names)]
+            elif isinstance(ids, (tuple, list)):
+                coords = list(ids)
+            elif refs.logical or len(self.sizes) != 1:
+                value = int(np.asarray(ids))
+                return value if 0 <= value < self.count else None
+            else:
+                coords = [ids]
+            if any(c is UNKNOWN for c in coords) or len(coords) != len(self.sizes):
+                return None
+            coords = [int(np.asarray(c)) for c in coords]
+            if any(not 0 <= c < s for c, s in zip(coords, self.sizes)):
+                return None
+            return int(np.ravel_multi_index(coords, self.sizes))
+        except (TypeError, ValueError):
+            return None
+
+    def problem(self, found: DmaProblem) -> None:
+        self.problems.append(found)
+
+    def give_up(self) -> None:
+        """A copy or signal the ledger cannot follow: no device is judged any more, and
+        no wait holds a device back."""
+        with self.cv:
+            for ledger in self.ledgers:
+                ledger.followed = False
+                ledger.in_flight = []
+            self.woken = [True] * self.count
+            self.cv.notify_all()
+
+    def wake(self, device: int) -> None:
+        with self.cv:
+            self.woken[device] = True
+
+    def block(self, device: int, waiting) -> None:
+        """Device ``device`` waits for what another may still send: the turn goes on."""
+        with self.cv:
+            if not self.followed:
+                return
+            self.state[device], self.woken[device] = "blocked", False
+            self.waiting[device] = waiting
+            self._hand_on(device)
+            while self.turn != device and not self.over:
+                self.cv.wait()
+            if self.over:
+                raise _Stop()
+            self.state[device] = "running"
+
+    def _hand_on(self, device: int) -> None:
+        """(holding cv) The next device that can run, in device order after ``device``;
+        if every device left is waiting, the walk is over: the first wait is named."""
+        for step in range(1, self.count + 1):
+            other = (device + step) % self.count
+            if self.state[other] == "ready" or (self.state[other] == "blocked"
+                                                and self.woken[other]):
+                self.turn = other
+                self.cv.notify_all()
+                return
+        stuck = [d for d in range(self.count) if self.state[d] == "blocked"]
+        if stuck:
+            self.problems.append(self.waiting[stuck[0]]())
+            self.over = True
+        self.cv.notify_all()
+
+    def walk(self, call, jaxpr, per_device: list) -> None:
+        """Walks ``jaxpr`` over the grid on every device (``per_device``: its Counts)."""
+        import threading
+
+        def device_walk(device):
+            try:
+                with self.cv:
+                    while self.turn != device and not self.over:
+                        self.cv.wait()
+                    if self.over:
+                        return
+                    self.state[device] = "running"
+                counts = per_device[device]
+                for point in grid_steps(call.grid):
+                    before = counts.flops
+                    Walk(call.grid, tuple(int(p) for p in point), counts,
+                         self.ledgers[device], self.place(device)).run(
+                        jaxpr, [], self.refs[device])
+                    counts.step_flops.append(counts.flops - before)
+            except _Stop:
+                pass
+            except BaseException as error:   # Uncountable, or a fault: the caller's
+                with self.cv:
+                    self.failure = self.failure or error
+                    self.over = True
+            finally:
+                with self.cv:
+                    self.state[device] = "done"
+                    if not self.over:
+                        self._hand_on(device)
+                    self.cv.notify_all()
+
+        threads = [threading.Thread(target=device_walk, args=(d,), daemon=True)
+                   for d in range(self.count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if self.failure is not None:
+            raise self.failure
+        if self.followed and not self.over:
+            for ledger in self.ledgers:
+                self.problems += ledger.leftovers()
+
+
+def mesh_steps(call, axes: tuple) -> list[Counts]:
+    """What ``call``'s kernel does on every device of its mesh (``axes``: ((name,
+    size), ...) of the shard_map it runs in), one Counts per device in mesh order; the
+    problems of the mesh's DMA ledger (remote copies and semaphores included) are in
+    every device's ``dma_problems``, in the order they happened."""
+    jaxpr = call.kernel
+    count = int(np.prod([size for _, size in axes], dtype=np.int64)) if axes else 1
+    refs = [[_fresh(var, n if n < len(call.blocks) else None)
+             for n, var in enumerate(jaxpr.invars)] for _ in range(count)]
+    run = MeshRun(axes, refs)
+    per_device = [Counts() for _ in range(count)]
+    run.walk(call, jaxpr, per_device)
+    for counts, ledger in zip(per_device, run.ledgers):
+        counts.most_in_flight = ledger.most
+        counts.dma_problems = run.problems
+        counts.dmas_followed = run.followed
+    return per_device
 
 
 def prefetch_before_run(closed, flat_args: list) -> dict[int, list] | None:

@@ -324,3 +324,17 @@ def test_no_provided_helper_hands_out_a_puzzles_answer(chapter_name):
                     f"{answers[code][1]}() (reference/{answers[code][0]}.py)"
                     for name, line, code in provided_statements(chapter_name) if code in answers})
     assert not leaks, "PROVIDED helpers give away answers:\n" + "\n".join(leaks)
+
+
+def test_a_chapter_asks_for_simulated_chips_in_its_hints_file(tmp_path):
+    hints = tmp_path / "exercises" / "hints"
+    hints.mkdir(parents=True)
+    entry = ('[[puzzle]]\nname = "a"\ntitle = "A"\npoints = 1\nedit = ["a"]\n'
+             'hints = ["one", "two"]\n')
+    (hints / "one.toml").write_text("[chapter]\norder = 1\n" + entry)
+    (hints / "many.toml").write_text("[chapter]\norder = 2\ndevices = 8\n" + entry)
+    kit = catalogue.load(tmp_path)
+    assert (kit["one"].devices, kit["many"].devices) == (1, 8)
+    (hints / "many.toml").write_text("[chapter]\ndevices = 0\n" + entry)
+    with pytest.raises(catalogue.CatalogueError, match="devices must be a whole number"):
+        catalogue.load(tmp_path)

@@ -82,3 +82,49 @@ def test_a_multiply_by_a_mask_keeps_nan_as_on_a_tpu():
     kept = jaxcompat.tpu_multiplies(closed)
     on_tpu = jax.jit(lambda x: jax.core.eval_jaxpr(kept.jaxpr, kept.consts, x))(x)[0]
     assert np.asarray(on_tpu)[0] == 1.0 and np.isnan(np.asarray(on_tpu)[1:]).all()
+
+
+def devices_in_a_fresh_python(code: str, env: dict | None = None) -> str:
+    import os
+    import subprocess
+    import sys
+
+    environment = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES",
+                                                                    "XLA_FLAGS")}
+    environment.update(env or {})
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=environment, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize("when", ["before jax is imported", "before its backends start"])
+def test_simulated_chips_are_asked_for_before_jax_starts_its_backends(when):
+    first = "import jax\n" if when != "before jax is imported" else ""
+    out = devices_in_a_fresh_python(
+        first + "from pytest_pallas_hints import jaxcompat\n"
+        "jaxcompat.simulate_cpu_devices(4)\n"
+        "import jax\n"
+        "print(len(jax.devices('cpu')), jaxcompat.cpu_devices_missing(4))\n")
+    assert out == "4 None"
+
+
+def test_a_process_that_started_jax_keeps_its_devices_and_says_why():
+    out = devices_in_a_fresh_python(
+        "import jax\njax.devices()\n"
+        "from pytest_pallas_hints import jaxcompat\n"
+        "jaxcompat.simulate_cpu_devices(4)\n"
+        "print(len(jax.devices('cpu')))\nprint(jaxcompat.cpu_devices_missing(4))\n")
+    count, why = out.splitlines()
+    assert count == "1" and "started its CPU backend with 1 device before the kit" in why
+
+
+def test_remote_dmas_are_probed_by_the_tests_that_need_them(monkeypatch):
+    if jaxcompat.cpu_devices_missing(2):
+        pytest.skip(jaxcompat.cpu_devices_missing(2))
+    runtime.use_interpret_mode(True)
+    jaxcompat.require("remote DMAs")   # a copy between two simulated chips works here
+    assert "remote DMAs" not in jaxcompat.FEATURES   # not probed by every session
+    monkeypatch.setenv(jaxcompat.MISSING_ENV, "remote DMAs")
+    with pytest.raises(jaxcompat.CannotVerify, match="remote DMAs is not available"):
+        jaxcompat.require("remote DMAs")
