@@ -66,9 +66,10 @@ and F a matmul's inner and output dims.
 The public functions of this chapter each run inside jax.shard_map over a
 1-D mesh axis, take the local shard and return the local result:
 ring_shift(x, *, axis_name), all_gather(x, *, axis_name), reduce_scatter(x,
-*, axis_name), all_reduce(x, *, axis_name) and all_gather_matmul(x, w, *,
-axis_name), equal to lax.ppermute, lax.all_gather(tiled=True),
-lax.psum_scatter(tiled=True), lax.psum and an all-gather followed by x @ w.
+*, axis_name), all_reduce(x, *, axis_name), all_gather_matmul(x, w, *,
+axis_name) and shift_add(x, *, axis_name), equal to lax.ppermute,
+lax.all_gather(tiled=True), lax.psum_scatter(tiled=True), lax.psum, an
+all-gather followed by x @ w, and x plus lax.ppermute(x).
 """
 import functools
 
@@ -327,5 +328,55 @@ def all_gather_matmul(x, w, *, axis_name):
     Everything in VMEM (default BlockSpecs); scratch: (N, M, K) VMEM of x's dtype,
     a DMA semaphore and pltpu.SemaphoreType.DMA((N - 1,)) (at least one);
     collective_id=0 for the barrier.
+    """
+    raise NotImplementedError
+
+
+# 7. collectives.shift_add — the same ideas in today's API: pl.kernel over a mesh --
+
+def shift_add_kernel(x_ref, o_ref, x_vmem, arrived, send_sem, recv_sem, *, axis_name):
+    """o = x + the left neighbour's x, written the way the current Pallas TPU docs
+    write kernels.
+
+    Why a sixth way to move a shard: since JAX 0.11 the docs' quickstart writes
+    kernels with pl.kernel instead of pl.pallas_call. There is no grid and there
+    are no BlockSpecs: x_ref and o_ref stay in HBM, and the body moves what it
+    needs into VMEM itself. This is the sharded halo exchange in its smallest
+    form (a sequence-parallel convolution needs its left neighbour's rows):
+
+        device:  0        1        2        3
+        x:       a        b        c        d
+        o:       a + d    b + a    c + b    d + c
+
+    x_ref, o_ref: this device's shard and output, in HBM. x_vmem, arrived: two
+    VMEM buffers of x's shape and dtype (scratch_types, in order); send_sem,
+    recv_sem: DMA semaphores.
+
+    * pltpu.sync_copy(src, dst) copies and returns when the copy has landed:
+      the way between HBM and VMEM in this style, both directions.
+    * pltpu.async_remote_copy(src, dst, send_sem, recv_sem, device_id=...)
+      starts a remote copy, as make_async_remote_copy(...).start() did, and
+      returns the descriptor to .wait() on. Its dst may be a VMEM buffer: the
+      same buffer of the device device_id.
+
+    The barrier first, as in ring_shift (you write into the right neighbour's
+    `arrived`). Then start the remote copy, and bring your own shard into VMEM
+    while it travels; wait; add; copy the sum out to o_ref.
+    """
+    raise NotImplementedError
+
+
+def shift_add(x, *, axis_name):
+    """x + lax.ppermute(x, axis_name, [(i, (i + 1) % N)]), as one pl.kernel. Called
+    inside jax.shard_map; x is the local shard, any shape and dtype.
+
+        pl.kernel(body, out_type=jax.ShapeDtypeStruct(...),
+                  mesh=pltpu.TensorCoreMesh(axis_name="core", num_cores=1),
+                  scratch_types=[...], compiler_params=...)(x)
+
+    The mesh is the cores of one device the body runs on (one TensorCore here;
+    the devices of the ring are shard_map's mesh, as before). scratch_types
+    lists the body's VMEM buffers and semaphores, handed to it after x_ref and
+    o_ref; the barrier still needs pltpu.CompilerParams(collective_id=0).
     """
     raise NotImplementedError

@@ -277,3 +277,27 @@ def test_collective_matmul(n, M, K, F, dtype, rng):
         "Start the copy that passes block i on before you multiply it, and wait for it "
         "after: the next block travels while this one is multiplied."))
     lowers(ran, mesh)
+
+
+# 7 -------------------------------------------------------------------------
+@puzzle("collectives.shift_add")
+@pytest.mark.parametrize("n, shard, dtype", [
+    pytest.param(4, (8, 128), "float32", id="N=4 [8,128]"),
+    pytest.param(2, (16, 256), "bfloat16", id="N=2 [16,256] bf16 (left is right)"),
+    pytest.param(EVERY_CHIP, (1024, 1024), "float32", id="N=all [1024,1024]-tpu",
+                 marks=on_tpu),
+])
+def test_shift_add(n, shard, dtype, rng):
+    jaxcompat.require("pl.kernel over a TensorCoreMesh")
+    mesh = ring(n)
+    n = devices(mesh)
+    rows = shard[0]
+    x = rng.normal((n * rows, *shard[1:]), dtype)
+    ran = on_ring(collectives.shift_add, mesh, x, structure=REMOTE.where(api="pl.kernel"))
+    wide = x.astype(np.float32)
+    check(ran, (wide + np.roll(wide, rows, axis=0)).astype(x.dtype), blocks=(rows, None),
+          axes="N·rows D", likely={"added_right": lambda: (
+              wide + np.roll(wide, -rows, axis=0)).astype(x.dtype),
+              "doubled": lambda: (2 * wide).astype(x.dtype)})
+    check_remote_bytes(ran, x.nbytes, what="one shard per chip, sent once")
+    lowers(ran, mesh)

@@ -150,8 +150,18 @@ def _remote_dmas() -> str | None:
     return None
 
 
-# Features whose probe runs a kernel: asked for only by the tests that need them.
-_COSTLY = {"remote DMAs": _remote_dmas}
+def _mesh_kernels() -> str | None:
+    """Why this JAX has no pl.kernel over a pltpu.TensorCoreMesh (None: it has)."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    if not (hasattr(pl, "kernel") and hasattr(pltpu, "TensorCoreMesh")):
+        return "this JAX has no pl.kernel or pltpu.TensorCoreMesh (the docs teach them since 0.11)"
+    return None
+
+
+# Features asked for only by the tests that need them (a probe may run a kernel).
+_COSTLY = {"remote DMAs": _remote_dmas, "pl.kernel over a TensorCoreMesh": _mesh_kernels}
 
 
 @functools.lru_cache(maxsize=None)
@@ -583,6 +593,7 @@ class KernelCall:
     semantics: tuple = ()       # "parallel" / "arbitrary" per grid axis, where given
     backend: str = "mosaic_tpu"  # or "mosaic_gpu": a plgpu.kernel (Mosaic GPU, Hopper)
     threads: int = 1            # Pallas threads (warpgroups) per block (Mosaic GPU)
+    api: str = "pl.pallas_call"  # how it was written: or "pl.kernel", "plgpu.kernel"
 
 
 # A Mosaic GPU kernel (plgpu.kernel) is an mpmd_map equation: one program per mesh,
@@ -653,6 +664,8 @@ def kernel_call(eqn) -> KernelCall:
     from jax.experimental import pallas as pl
 
     if eqn.primitive.name == "mpmd_map":
+        if type(eqn.params["meshes"][0]).__name__ == "TensorCoreMesh":
+            return _tensorcore_kernel_call(eqn)
         return _gpu_kernel_call(eqn)
     params = eqn.params
     mapping = params["grid_mapping"]
@@ -706,7 +719,40 @@ def _gpu_kernel_call(eqn) -> KernelCall:
         name=name, source=source, line=line, grid=grid,
         num_prefetch=0, blocks=(), num_inputs=len(eqn.invars), kernel=kernel, scratch=(),
         dynamic_grid=(), semantics=(), backend="mosaic_gpu",
-        threads=int(getattr(mesh, "num_threads", None) or 1))
+        threads=int(getattr(mesh, "num_threads", None) or 1), api="plgpu.kernel")
+
+
+def _tensorcore_kernel_call(eqn) -> KernelCall:
+    """What the kit reads from a pl.kernel over a pltpu.TensorCoreMesh (an mpmd_map
+    equation): a kernel with no grid whose inputs and outputs stay where they are (HBM,
+    as ``memory_space=pl.ANY`` in a pallas_call), its scratch_types after them."""
+    import jax
+
+    params = eqn.params
+    kernel = params["jaxprs"][0]
+    kernel = kernel.jaxpr if hasattr(kernel, "jaxpr") else kernel
+    source, line = _first_user_frame(kernel)
+    names = list(getattr(getattr(kernel, "debug_info", None), "arg_names", None) or ())
+    operands = len(eqn.invars) + len(params["out_avals"])
+    blocks = []
+    for n, var in enumerate(kernel.invars[:operands]):
+        aval = var.aval
+        zeros = jax.make_jaxpr(lambda ndim=len(aval.shape): (0,) * ndim)()
+        blocks.append(Block(
+            name=names[n] if n < len(names) and names[n] else f"operand {n}",
+            is_input=n < len(eqn.invars), block_shape=tuple(aval.shape), element_dims=(),
+            array_shape=tuple(aval.shape), dtype=aval.dtype,
+            index_map=(zeros.jaxpr, zeros.consts), space=memory_space(aval)))
+    name = str(params.get("name") or "")
+    if name in ("", "anonymous"):
+        found = re.match(r"(\w+) at ", str(getattr(getattr(kernel, "debug_info", None),
+                                                  "func_src_info", "") or ""))
+        name = found[1] if found and found[1] not in ("anonymous", "wrapper") else "kernel"
+    return KernelCall(
+        name=name, source=source, line=line, grid=(), num_prefetch=0, blocks=tuple(blocks),
+        num_inputs=len(eqn.invars), kernel=kernel,
+        scratch=tuple(v.aval for v in kernel.invars[operands:]), dynamic_grid=(),
+        semantics=_semantics(params.get("compiler_params")), api="pl.kernel")
 
 
 def _first_user_frame(jaxpr) -> tuple[str, int]:

@@ -33,6 +33,7 @@ Nothing here runs JAX: it reads a ``program.Program``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 from .frozen import np
@@ -96,7 +97,9 @@ class Structure:
     prefetch: at least one scalar-prefetch operand;
     backend: every kernel's kind, "mosaic_tpu" (pl.pallas_call) or "mosaic_gpu"
              (plgpu.kernel); None: any;
-    threads: Pallas threads (warpgroups) per block of every Mosaic GPU kernel.
+    threads: Pallas threads (warpgroups) per block of every Mosaic GPU kernel;
+    api:     how every kernel is written, "pl.pallas_call", "pl.kernel" (over a
+             pltpu.TensorCoreMesh) or "plgpu.kernel"; None: any.
     """
     kernels: int | None = 1
     inside: frozenset = frozenset()
@@ -106,6 +109,7 @@ class Structure:
     prefetch: bool = False
     backend: str | None = None
     threads: int | None = None
+    api: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "inside", frozenset(self.inside))
@@ -121,7 +125,7 @@ def check(program, structure: Structure, sources: set[Path] | None = None) -> li
     sources: the files kernels may come from (the chapter files in use); None
     skips that rule (the kit's own tests).
     """
-    for rule in (_callbacks, _some_kernel, _own_kernels, _decoys, _orphans, _backend,
+    for rule in (_callbacks, _some_kernel, _own_kernels, _decoys, _orphans, _backend, _api,
                  _gpu_program_id, _outside, _inside, _count, _whole_array, _blocks, _grid,
                  _prefetch, _threads, _parallel_reduction, _wgmma_operands, _gpu_order,
                  _precision):
@@ -224,6 +228,17 @@ def _backend(program, structure, sources):
                 f"your kernel {site.call.name}() is {_BACKENDS.get(site.call.backend)}: this "
                 f"puzzle's kernels are {_BACKENDS.get(structure.backend)}."),
                 facts=[("kernel", f"{site.call.name}(): {site.call.backend}")])]
+    return []
+
+
+def _api(program, structure, sources):
+    for site in program.sites:
+        if structure.api is not None and site.call.api != structure.api:
+            return [Finding("api", (
+                f"your kernel {site.call.name}() is written with {site.call.api}(...): this "
+                f"puzzle's lesson is {structure.api}(...), the API the current docs teach, "
+                "so write it that way."),
+                facts=[("kernel", f"{site.call.name}(): {site.call.api}")])]
     return []
 
 
@@ -488,8 +503,11 @@ def _carried(call) -> list[tuple[str, object, object, frozenset]]:
     found: dict = {}
     _flow(kernel, roots, {}, found)
     # A block of a Mosaic GPU grid runs its body once (blocks run in parallel, scratch
-    # does not outlive them): only what a loop updates is carried from step to step.
-    in_loops = _in_loops(kernel) if getattr(call, "backend", "") == "mosaic_gpu" else None
+    # does not outlive them), as does a kernel of one grid step (pl.kernel has none):
+    # only what a loop updates is carried from step to step.
+    once = getattr(call, "backend", "") == "mosaic_gpu" or (
+        None not in call.grid and math.prod(call.grid) == 1)
+    in_loops = _in_loops(kernel) if once else None
     state = []
     for root, (eqn, dtype, fed) in found.items():
         if in_loops is not None and id(eqn) not in in_loops:

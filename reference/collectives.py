@@ -225,3 +225,29 @@ def all_gather_matmul(x, w, *, axis_name):
                         pltpu.SemaphoreType.DMA((max(n - 1, 1),))],
         compiler_params=pltpu.CompilerParams(collective_id=0),
     )(x, w)
+
+
+# 7. collectives.shift_add — the same ideas in today's API: pl.kernel over a mesh --
+
+def shift_add_kernel(x_ref, o_ref, x_vmem, arrived, send_sem, recv_sem, *, axis_name):
+    left, right = neighbours(axis_name)
+    barrier = pltpu.get_barrier_semaphore()
+    pl.semaphore_signal(barrier, 1, device_id=(left,))
+    pl.semaphore_wait(barrier, 1)
+    # Our shard leaves for the right neighbour's `arrived` while we copy it into VMEM.
+    sent = pltpu.async_remote_copy(x_ref, arrived, send_sem, recv_sem, device_id=(right,))
+    pltpu.sync_copy(x_ref, x_vmem)   # HBM -> VMEM, returns when it has landed
+    sent.wait()                      # ours has left, the left neighbour's has landed
+    x_vmem[...] = x_vmem[...] + arrived[...]
+    pltpu.sync_copy(x_vmem, o_ref)   # VMEM -> HBM
+
+
+def shift_add(x, *, axis_name):
+    return pl.kernel(
+        functools.partial(shift_add_kernel, axis_name=axis_name),
+        out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        mesh=pltpu.TensorCoreMesh(axis_name="core", num_cores=1),
+        scratch_types=[pltpu.VMEM(x.shape, x.dtype), pltpu.VMEM(x.shape, x.dtype),
+                       pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+        compiler_params=pltpu.CompilerParams(collective_id=0),
+    )(x)
