@@ -7,6 +7,7 @@ chips, all in TPU interpret mode.
 * reduce_scatter, all_reduce: lax.psum_scatter(tiled=True) and lax.psum to float32
   rounding (the ring adds in another order: within 1e-5 of the largest sum);
 * all_gather_matmul: lax.all_gather then a float32 matmul;
+* shift_add (a pl.kernel over a TensorCoreMesh): x + lax.ppermute(x), exactly;
 * JAX's all-gather kernel, where it accepts the shapes (an even number of rows: it
   sends half of each shard each way round the ring), gathers the same array as ours.
   Its two directions reuse one receive semaphore per direction from step to step; the
@@ -93,6 +94,23 @@ def test_ring_shift_and_all_gather_are_lax_exactly(n, shard, dtype):
                          lambda x, axis_name: lax.all_gather(x, axis_name, tiled=True), x)
     np.testing.assert_array_equal(np.asarray(ran.output), expected)
     assert ran.remote_bytes == (n - 1) * x.nbytes
+
+
+@pytest.mark.parametrize("n, shard, dtype", [
+    (2, (1, 128), "float32"), (4, (3, 7), "int32"), (8, (16, 128), "bfloat16"),
+])
+def test_shift_add_as_a_pl_kernel_is_x_plus_lax_ppermute(n, shard, dtype):
+    """The pl.kernel (TensorCoreMesh) puzzle: x + ppermute(x) exactly (one addition,
+    rounded once in x's dtype, as XLA's), one shard sent per chip."""
+    jaxcompat.require("pl.kernel over a TensorCoreMesh")
+    mesh = mesh_of(n)
+    x = draw(n, (n * shard[0], *shard[1:]), dtype)
+    perm = [(i, (i + 1) % n) for i in range(n)]
+    ran, expected = both(mesh, collectives.shift_add,
+                         lambda x, axis_name: x + lax.ppermute(x, axis_name, perm), x)
+    assert ran.program.sites[0].call.api == "pl.kernel"
+    np.testing.assert_array_equal(np.asarray(ran.output), expected)
+    assert ran.remote_bytes == x.nbytes
 
 
 @pytest.mark.parametrize("n, block, dtype", [
