@@ -204,7 +204,8 @@ def test_a_rule_break_fails_the_chapter_with_its_line(kit):
 WRONG = {"matmul": "k_accumulate_no_reset", "flash": "dense_no_scale",
          "ragged_dot": "k_axis_acc_not_reset", "pipelining": "double_buffer_reads_the_next_slot",
          "splash": "dedup_index_one_based", "linear": "chunked_state_first",
-         "norms": "long_rows_no_rescale", "quant": "int4_nibbles_swapped"}
+         "norms": "long_rows_no_rescale", "quant": "int4_nibbles_swapped",
+         "collectives": "sent_left", "hopper": "first_kernel_rows_not_scaled"}
 
 
 def test_a_numpy_patch_that_gets_past_the_rule_still_changes_no_verdict(kit):
@@ -217,8 +218,12 @@ def test_a_numpy_patch_that_gets_past_the_rule_still_changes_no_verdict(kit):
     kit.write("exercises/basics.py", "import numpy as np\n"
                                      "setattr(np, 'abs', lambda x: np.zeros(np.shape(x)))\n"
               + (ROOT / "exercises" / "basics.py").read_text())
+    from pytest_pallas_hints import jaxcompat
+
     puzzles = []
     for chapter, mistake in WRONG.items():
+        if chapter == "hopper" and jaxcompat.gpu_interpret_missing("kernels"):
+            continue   # "cannot be verified" on this JAX, never a verdict
         wrong = (ROOT / "tests" / "mistakes" / chapter / f"{mistake}.py").read_text()
         puzzles.append(wrong.split('PUZZLE = "')[1].split('"')[0])
         kit.write(f"exercises/{chapter}.py",
