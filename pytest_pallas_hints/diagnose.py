@@ -555,6 +555,22 @@ _GPU_RACE_SAYS = {
         "nothing orders one block after another. Each block must write only its own "
         "part: check the slice it computes from lax.axis_index (pl.ds(first, size) "
         "starts at `first` and takes `size`)."),
+    "barrier_deadlock": (
+        "your kernel would never finish: each warpgroup still running waits (under "
+        "'waits') for a completion of a barrier that nothing left to run will bring. The "
+        "kit ran your kernel's loops and barriers on their integers before running it. "
+        "Each plgpu.barrier_wait takes the barrier's next completion, which a TMA copy "
+        "signalling it or a plgpu.barrier_arrive of another warpgroup brings: count, "
+        "barrier by barrier and step by step, the completions and the waits."),
+    "race_wgmma_refill": (
+        "end the pipeline body with plgpu.wgmma_wait(0): a TMA copy refills an SMEM slot "
+        "that the wgmma under 'wgmma' may still be reading. plgpu.wgmma only issues the "
+        "product; the tensor core reads its operands until a plgpu.wgmma_wait(n) leaves "
+        "at most n wgmmas running, and plgpu.emit_pipeline refills the slot the body read "
+        "as soon as the body returns (with delay_release=d on the BlockSpecs, the slot of "
+        "d steps back: then plgpu.wgmma_wait(d) is enough). GPU interpret mode finishes "
+        "every wgmma at once and cannot see this; a Hopper would multiply tiles half "
+        "overwritten."),
     "race_threads": (
         "two warpgroups touch one SMEM buffer (under 'first' and 'then'), at least one of "
         "them writing, and nothing orders them: warpgroups run concurrently. The one that "
@@ -1001,7 +1017,7 @@ def render(findings: list[Finding], words: dict[str, str] | None = None,
 
 _UNWRAPPED = {"blocks", "at", "race", "waits", "started", "in flight", "waited", "also on it",
               "reads", "copy", "async", "store", "read", "first", "then",
-              "earlier"}   # file:line   code
+              "earlier", "wgmma", "wait"}   # file:line   code
 
 
 def _row(label: str, text: str) -> list[str]:
