@@ -314,6 +314,49 @@ def test_control_flow_on_an_unknown_value_gives_no_verdict():
     assert gpu_steps.run(trace(copy, np.zeros((8, 128), np.float32)).sites[0].call) is None
 
 
+@needs_gpu_interpret
+def test_a_gpu_block_carries_nothing_to_the_next_block():
+    """Blocks of a Mosaic GPU grid run in parallel: a later block wrong is an index that
+    ignores lax.axis_index, never a state carried between blocks (whatever a block's
+    own pipeline carries)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    from pytest_pallas_hints.checking import Mismatch, check, measure
+
+    def block_zero_sum(x):   # every block sums block 0's rows: the index map ignores it
+        def add(_, tile, total):
+            total = total + tile[...]
+            plgpu.commit_smem()
+            return total
+
+        def body(x_ref, o_ref):
+            total = plgpu.emit_pipeline(
+                add, grid=(2,),
+                in_specs=[plgpu.BlockSpec((None, 64, 128), lambda l: (l, 0, 0))],
+                init_carry=jnp.zeros((64, 128), jnp.float32))(x_ref)
+            o_ref[pl_rows()] = total
+
+        def pl_rows():
+            from jax import lax
+            from jax.experimental import pallas as pl
+            return pl.ds(lax.axis_index("blocks") * 64, 64)
+
+        return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((128, 128), x.dtype),
+                            grid=(2,), grid_names=("blocks",))(x)
+
+    x = np.arange(2 * 128 * 128, dtype=np.float32).reshape(2, 128, 128) / 1e4
+    with runtime.mosaic_gpu(compiled=False):
+        ran = measure(block_zero_sum, x, structure=None)
+    with pytest.raises(Mismatch) as failed:
+        check(ran, x.sum(0), blocks=(64, None), axes="M D")
+    finding = failed.value.findings()[0]
+    assert finding.kind == "later_blocks"
+    assert "carries" not in finding.says and "index map" in finding.says
+
+
 # --- running: a barrier nothing completes, hardware gating ---------------------------
 
 @needs_gpu_interpret
