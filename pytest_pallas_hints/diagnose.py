@@ -110,10 +110,9 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
         low, high = float(rows.min()), float(rows.max())
         findings.append(Finding("row_scaled", (
             f"each row of your {name} is right up to a factor of its own (from {low:.3g} "
-            f"to {high:.3g}): a normalisation that disagrees with what it normalises. In "
-            "a softmax, the sum l counts terms its numerator does not (a score that should "
-            "be masked to -inf but is not), or misses a rescale (l = alpha * l + ..., when "
-            "the running max moves)."),
+            f"to {high:.3g}): a normalisation that disagrees with what it normalises, or "
+            "rows that summed or averaged a different set of values than expected (rows "
+            "read from the wrong place, terms missing or counted twice)."),
             facts=[("rows", f"yours = c × expected per row, c from {low:.3g} to {high:.3g}")]))
     offset = _constant_offset(y, e, tolerance)
     if offset is not None and factor is None:
@@ -1017,7 +1016,7 @@ def render(findings: list[Finding], words: dict[str, str] | None = None,
 
 _UNWRAPPED = {"blocks", "at", "race", "waits", "started", "in flight", "waited", "also on it",
               "reads", "copy", "async", "store", "read", "first", "then",
-              "earlier", "wgmma", "wait"}   # file:line   code
+              "earlier", "wgmma", "wait", "arrives"}   # file:line   code
 
 
 def _row(label: str, text: str) -> list[str]:
