@@ -146,16 +146,17 @@ def add_one_tma_kernel(x_ref, o_ref, tile, landed, *, block_rows):
     Tensor Memory Accelerator) copies a whole tile on its own while the lanes do
     something else. The price is synchronisation, in both directions:
 
-        copy_gmem_to_smem(x_ref.at[rows], tile, landed) ─ TMA ─▶ tile   (returns at once)
-        barrier_wait(landed)        # the tile holds the rows from here on
-        tile[...] = tile[...] + 1   # plain load and store
-        commit_smem()               # make the store visible to the TMA engine
-        copy_smem_to_gmem(tile, o_ref.at[rows]) ─ TMA ─▶ GMEM          (returns at once)
-        wait_smem_to_gmem(0)        # no copy out left in flight (0 may remain)
+        x_ref rows ─ TMA ─▶ tile ─ (+ 1 by the lanes) ─▶ tile ─ TMA ─▶ o_ref rows
+                   in: a copy returns at once;      out: the TMA engine does not see
+                   the tile holds the rows only     the lanes' stores until they are
+                   once its barrier says so         committed, and the kernel must not
+                                                    end while a copy out still runs
 
-    New here (all plgpu.*): copy_gmem_to_smem(src, dst, barrier),
-    barrier_wait(barrier), commit_smem(), copy_smem_to_gmem(src, dst),
-    wait_smem_to_gmem(n). A GMEM ref is only named here, x_ref.at[rows] (a view of
+    New here (all plgpu.*): copy_gmem_to_smem(src, dst, barrier) (starts the copy;
+    the barrier completes when it has landed), barrier_wait(barrier),
+    commit_smem() (makes the stores so far visible to the TMA engine),
+    copy_smem_to_gmem(src, dst), wait_smem_to_gmem(n) (returns once at most n copies
+    out are in flight). A GMEM ref is only named here, x_ref.at[rows] (a view of
     the rows, for a copy), never loaded with [...].
 
     Leave out the wait and interpret mode reports the race between the copy and
@@ -214,8 +215,8 @@ def sum_stack(x, *, block_rows=64, max_concurrent_steps=2):
 
     One block per block_rows rows (block_rows must divide M, ValueError naming it
     otherwise), each running a pipeline over the L slabs with max_concurrent_steps
-    copies in flight (a pipeline takes at most as many as it has steps: pass
-    min(max_concurrent_steps, L); ValueError for fewer than 1).
+    copies in flight (ValueError for fewer than 1; emit_pipeline keeps no more in
+    flight than it has steps).
     """
     raise NotImplementedError
 
@@ -317,8 +318,8 @@ def matmul(a, b, *, tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2):
     A grid of (M // tile_m, N // tile_n) blocks named ("m", "n"); one SMEM scratch
     (tile_m, tile_n) for the epilogue. tile_m, tile_n and tile_k must divide M, N and
     K (ValueError naming the argument otherwise; a and b must agree in K and dtype);
-    tile_m is 64 or a multiple of it (a wgmma's M). At most K // tile_k copies can be
-    in flight: pass min(max_concurrent_steps, K // tile_k).
+    tile_m is 64 or a multiple of it (a wgmma's M); max_concurrent_steps >= 1
+    (ValueError otherwise; emit_pipeline keeps no more than K // tile_k in flight).
     """
     raise NotImplementedError
 
@@ -335,23 +336,24 @@ def add_one_specialized_kernel(x_ref, o_ref, tiles, loaded, consumed, *, block_r
     (the consumer), and they hand tiles over through SMEM slots, so the consumer
     never waits for a copy it could have started earlier.
 
-        producer (wg 1)                        consumer (wg 0)
-        for tile i, slot i % 2:                for tile i, slot i % 2:
-          i >= 2: barrier_wait(consumed[slot])   barrier_wait(loaded[slot])
-          copy_gmem_to_smem(x rows ─▶ slot,      o_ref[rows] = tiles[slot] + 1
-                            loaded[slot])        commit_smem()
-                                                 i + 2 < steps:
-                                                   barrier_arrive(consumed[slot])
+        producer (wg 1)                         consumer (wg 0)
+        tile i ─ TMA ─▶ slot i % 2 ── loaded[slot] ──▶ reads the slot, stores + 1
+        refills a slot only after  ◀── consumed[slot] ── it is done with the slot
 
-    loaded[slot] says "tile i is in the slot"; consumed[slot] says "the consumer is
-    done with it, refill it". Without the first the consumer reads a slot still
-    filling; without the second the producer overwrites a slot still being read:
-    interpret mode reports either race with both lines.
+    loaded[slot] says "tile i is in the slot" (the TMA copy completes it);
+    consumed[slot] says "the consumer is done with it, refill it" (the consumer
+    arrives on it). Without the first the consumer reads a slot still filling;
+    without the second the producer overwrites a slot still being read: interpret
+    mode reports either race with both lines. "Done with it" means the reads are
+    over and committed (plgpu.commit_smem() orders them before the refill), so the
+    arrival comes after the last read. The first two tiles go into empty slots.
 
     New here: lax.axis_index("wg") (the Pallas thread, 0 or 1: put each role under
     pl.when), plgpu.barrier_arrive(barrier), and @pl.loop(0, steps) for a loop whose
-    body gets i. A barrier must not end the kernel with an arrival nobody waited for:
-    the consumer releases a slot only if a later tile will reuse it.
+    body gets i. Each plgpu.barrier_wait takes one completion of its barrier, and a
+    barrier must not end the kernel with a completion nobody waited for: the consumer
+    releases a slot only if a later tile will reuse it. (The kit counts both, and
+    names a wait that would never return.)
     """
     raise NotImplementedError
 
@@ -381,14 +383,11 @@ def attention_kernel(q_ref, k_ref, v_ref, o_ref, q_tile, p_tile, o_tile, landed,
     flash.flash_forward's online softmax, on a Hopper: the q tile stays in SMEM,
     plgpu.emit_pipeline streams k and v tiles of head n // (N // K) with
     max_concurrent_steps=2 and carries (acc, m, l) in float32, and both products run
-    on the tensor core:
-
-        s = q_tile @ k_tile.T          wgmma; k_tile.T: the tile read transposed
-        m_new = max(m, rowmax(s)),  alpha = exp(m - m_new),  p = exp(s - m_new)
-        l = alpha * l + rowsum(p)
-        p_tile[...] = p (16-bit); commit_smem()     the tensor core reads p next
-        acc = alpha * acc + p_tile @ v_tile          wgmma into its own accumulator
-        commit_smem()                                before k, v's slots are refilled
+    on the tensor core: the scores q_tile @ k_tile.T (k_tile.T reads the tile
+    transposed), and p @ v, which needs p in SMEM first: store it into p_tile in
+    16 bits and commit, because the tensor core reads it next. Each product gets its
+    own float32 accumulator (pl.run_scoped), and reading it waits for the wgmma, so
+    the pipeline may refill k's and v's slots once the step returns.
 
     Reductions along a row: s.max(axis=1), p.sum(axis=1); back to the tile's shape with
     lax.broadcast_in_dim(row_values, shape, [0]). The carry's registers need a layout

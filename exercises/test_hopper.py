@@ -20,15 +20,17 @@ data moves by TMA where the puzzle says so; a pipeline keeps the number of copie
 flight you asked for; wgmma operands are laid out for the tensor core (the
 interpreter multiplies them either way, a Hopper would not).
 """
+import functools
 import math
+import re
 
+import jax
 import numpy as np
 import pytest
 
 from pytest_pallas_hints import Structure, chapter, check, fail, measure
-from pytest_pallas_hints import jaxcompat
+from pytest_pallas_hints import gpu_steps, jaxcompat
 from pytest_pallas_hints.checking import line_of
-from pytest_pallas_hints.structure import primitives
 
 hopper = chapter("hopper")
 
@@ -74,6 +76,73 @@ def check_by_tma_only(ran):
             "what a copy moves."), [("at", line_of(direct[0]))])
 
 
+def check_smem_used(ran, what):
+    """The data passes through the kernel's own SMEM: a store into one of its SMEM
+    buffers and a load from it."""
+    stores, loads = set(), set()
+
+    def walk(jaxpr, owned):
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            if name in ("swap", "get") and eqn.invars[0] in owned:
+                (stores if name == "swap" else loads).add(owned[eqn.invars[0]])
+            if name == "run_scoped":
+                inner, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
+                mine = {v: id(v) for v in inner.invars
+                        if jaxcompat.memory_space(v.aval) == "smem"
+                        and "barrier" not in str(v.aval.dtype)}
+                walk(inner, {**{c: owned[o] for c, o in zip(inner.constvars, eqn.invars)
+                                if o in owned}, **mine})
+                continue
+            for inner, _ in jaxcompat.sub_jaxprs(eqn):
+                walk(inner, {})
+
+    walk(kernel_of(ran).kernel, {})
+    if not stores & loads:
+        fail("smem_unused", (
+            f"your kernel allocates an SMEM tile but the data never passes through it, where "
+            f"this puzzle has it go {what}. Store the block's result into the tile (tile[...] = ...) and load it "
+            "from there (tile[...]) for the store into o_ref."),
+            [("smem", f"stored into: {'yes' if stores else 'no'} · loaded from: "
+                      f"{'yes' if loads else 'no'}")])
+
+
+def check_rejects(function, cases):
+    """Each case (why, args, static, names) must raise a ValueError naming one of
+    ``names`` (the argument at fault; None: any ValueError), before any kernel runs."""
+    name = function.__name__
+    for why, args, static, names in cases:
+        shown = ", ".join([*(f"{a.shape} {a.dtype}" for a in args),
+                           *(f"{k}={v!r}" for k, v in static.items())])
+        wanted = f"a ValueError naming {' or '.join(names)}" if names else "a ValueError"
+        try:
+            jax.eval_shape(functools.partial(function, **static), *args)
+        except ValueError as error:
+            if names is None or any(re.search(rf"\b{n}\b", str(error)) for n in names):
+                continue
+            fail("bad_arguments", (
+                f"{name}({shown}) raised a ValueError that does not name "
+                f"{' or '.join(names)}: say in the message which argument is wrong "
+                f"({why})."), [("raised", str(error).splitlines()[0][:200])])
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            fail("bad_arguments", (
+                f"{name}({shown}) should raise {wanted} before any kernel is built "
+                f"({why}); it failed later, with another error. Check the arguments "
+                "first, with the PROVIDED helpers _check_divides and _check_16_bit."),
+                [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+        else:
+            fail("bad_arguments", (
+                f"{name}({shown}) should raise {wanted} ({why}); it raised nothing. "
+                "Check the arguments first, with the PROVIDED helpers _check_divides and "
+                "_check_16_bit."), [("call", f"{name}({shown})")])
+
+
+def zeros(shape, dtype="float16"):
+    return np.zeros(shape, dtype)
+
+
 def check_pipeline(ran, *, slots, buffers, what):
     """plgpu.emit_pipeline allocated ``buffers`` SMEM buffers of ``slots`` slots each."""
     found = jaxcompat.pipeline_buffers(kernel_of(ran).kernel)
@@ -110,6 +179,19 @@ def test_first_kernel(M, D, block_rows, dtype, rng):
     check_smem_tile(ran, (block_rows, D), "the block's result")
     check(ran, x + np.asarray(1, dtype), blocks=(block_rows, None), axes="M D",
           likely={"not_added": x})
+    check_smem_used(ran, "GMEM -> registers (+ 1) -> the SMEM tile -> "
+                         "registers -> GMEM")
+
+
+@puzzle("hopper.first_kernel")
+@needs("kernels")
+def test_first_kernel_rejects_bad_arguments():
+    check_rejects(hopper.add_one, [
+        ("block_rows must divide M", (zeros((256, 128), "float32"),), {"block_rows": 48},
+         ["block_rows"]),
+        ("block_rows must be positive", (zeros((256, 128), "float32"),), {"block_rows": 0},
+         ["block_rows"]),
+    ])
 
 
 # 2 -------------------------------------------------------------------------
@@ -135,6 +217,14 @@ def test_tma(M, D, block_rows, dtype, rng):
           likely={"not_added": x})
 
 
+@puzzle("hopper.tma")
+@needs("tma")
+def test_tma_rejects_bad_arguments():
+    check_rejects(hopper.add_one_tma, [
+        ("block_rows must divide M", (zeros((256, 128), "float32"),), {"block_rows": 96},
+         ["block_rows"])])
+
+
 # 3 -------------------------------------------------------------------------
 @puzzle("hopper.pipeline")
 @needs("pipeline")
@@ -156,10 +246,46 @@ def test_pipeline(L, M, D, block_rows, max_concurrent_steps, dtype, rng):
     slabs = x.astype(np.float64)
     check(ran, slabs.sum(0).astype(dtype), blocks=(block_rows, None), axes="M D",
           likely={"first_slab_only": lambda: x[0], "last_slab_only": lambda: x[-1],
-                  "one_slab_short": lambda: slabs[:-1].sum(0).astype(dtype)})
+                  "one_slab_short": lambda: slabs[:-1].sum(0).astype(dtype),
+                  "block_zero_rows": lambda: np.tile(slabs[:, :block_rows].sum(0),
+                                                     (M // block_rows, 1)).astype(dtype)})
+
+
+@puzzle("hopper.pipeline")
+@needs("pipeline")
+def test_pipeline_rejects_bad_arguments():
+    x = zeros((4, 128, 128), "float32")
+    check_rejects(hopper.sum_stack, [
+        ("block_rows must divide M", (x,), {"block_rows": 96}, ["block_rows"]),
+        ("max_concurrent_steps must be at least 1", (x,), {"max_concurrent_steps": 0},
+         ["max_concurrent_steps"])])
 
 
 # 4 -------------------------------------------------------------------------
+def check_wgmma_transforms(cols, dtype):
+    """wgmma_transforms(cols, dtype): the widest swizzle (128, 64, 32 bytes) dividing a
+    row in bytes, and a tiling of 8 rows by that swizzle counted in elements."""
+    itemsize = np.dtype(dtype).itemsize
+    row_bytes = cols * itemsize
+    widest = next(s for s in (128, 64, 32) if row_bytes % s == 0)
+    transforms = hopper.wgmma_transforms(cols, dtype)
+    swizzle = next((int(t.swizzle) for t in transforms if hasattr(t, "swizzle")), None)
+    tiling = next((tuple(t.tiling) for t in transforms if hasattr(t, "tiling")), None)
+    call = f"wgmma_transforms({cols}, {dtype})"
+    if swizzle != widest:
+        fail("swizzle_not_widest", (
+            f"{call} picks a {swizzle}-byte swizzle where {widest} bytes divide a row of "
+            f"{row_bytes} bytes: take the widest that fits (try 128, then 64, then 32). A "
+            "wider swizzle spreads the 128 lanes' reads of a tile over more SMEM banks."),
+            [("swizzle", f"yours {swizzle} · the widest that divides {row_bytes}: {widest}")])
+    if tiling != (8, swizzle // itemsize):
+        fail("tiling_in_bytes", (
+            f"{call} tiles by {tiling}: the TilingTransform counts elements, not bytes. A "
+            f"{swizzle}-byte swizzle of {dtype} ({itemsize} bytes each) is "
+            f"{swizzle // itemsize} elements wide: TilingTransform((8, swizzle // "
+            "itemsize))."),
+            [("tiling", f"yours {tiling} · expected (8, {swizzle // itemsize})")])
+
 @puzzle("hopper.wgmma")
 @needs("tma", "wgmma")
 @pytest.mark.parametrize("M, K, N, dtype", [
@@ -168,12 +294,24 @@ def test_pipeline(L, M, D, block_rows, max_concurrent_steps, dtype, rng):
     pytest.param(128, 128, 128, "bfloat16", id="M=K=N=128 bf16-gpu", marks=on_gpu),
 ])
 def test_wgmma(M, K, N, dtype, rng):
+    check_wgmma_transforms(K, dtype)
     a, b = rng.normal((M, K), dtype), rng.normal((K, N), dtype)
     ran = measure(hopper.matmul_tile, a, b, structure=GPU.where(
         inside={"wgmma_ref", "copy_gmem_to_smem", "barrier_wait", "copy_smem_to_gmem"}))
     fa, fb = f64(a, b)
     likely = {"a_transposed": lambda: (fa.T @ fb).astype(dtype)} if M == K else {}
     check(ran, (fa @ fb).astype(dtype), likely=likely)
+
+
+@puzzle("hopper.wgmma")
+@needs("tma", "wgmma")
+def test_wgmma_rejects_bad_arguments():
+    check_rejects(hopper.matmul_tile, [
+        ("the tensor core multiplies float16 or bfloat16",
+         (zeros((64, 64), "float32"), zeros((64, 64), "float32")), {}, None)])
+    check_rejects(hopper.wgmma_transforms, [
+        ("no swizzle of 128, 64 or 32 bytes divides a row of 8 bytes", (), {
+            "cols": 4, "dtype": np.float16}, None)])
 
 
 # 5 -------------------------------------------------------------------------
@@ -194,6 +332,15 @@ def test_matmul(M, K, N, tiles, max_concurrent_steps, dtype, rng):
                   max_concurrent_steps=max_concurrent_steps,
                   structure=GPU.where(inside={"wgmma_ref", "emit_pipeline"},
                                       grid=(M // tile_m, N // tile_n)))
+    found = gpu_steps.run(kernel_of(ran))   # one wgmma per K step, in every block
+    steps = sorted(set(found.wgmmas.values())) if found is not None else []
+    if steps and steps != [K // tile_k]:
+        fail("k_steps", (
+            f"your pipeline runs {' or '.join(map(str, steps))} step(s) per block (one wgmma "
+            f"each), where K // tile_k = {K} // {tile_k} = {K // tile_k}: its grid is "
+            "(K // tile_k,), one step per K tile."),
+            [("k steps", f"yours {' or '.join(map(str, steps))} · K // tile_k = "
+                         f"{K // tile_k}")])
     check_pipeline(ran, slots=min(max_concurrent_steps, K // tile_k), buffers=2,
                    what="a's (tile_m, tile_k) tiles and b's (tile_k, tile_n) tiles")
     fa, fb = f64(a, b)
@@ -204,13 +351,22 @@ def test_matmul(M, K, N, tiles, max_concurrent_steps, dtype, rng):
     check(ran, (fa @ fb).astype(dtype), blocks=(tile_m, tile_n), axes="M N",
           likely={"last_k_step_missing": k_steps_but_last,
                   "first_k_step_only": lambda: (fa[:, :tile_k] @ fb[:tile_k]).astype(dtype)})
-    if "wgmma_wait" not in primitives(kernel_of(ran)):
-        fail("wgmma_wait", (
-            "your pipeline body issues a wgmma and returns without plgpu.wgmma_wait: the "
-            "wgmma runs on asynchronously, still reading the SMEM slots, while the pipeline "
-            "refills them with the next tiles. GPU interpret mode finishes every wgmma at "
-            "once and cannot see it; a Hopper would multiply tiles half overwritten. End "
-            "the body with plgpu.wgmma_wait(0)."))
+
+
+@puzzle("hopper.matmul")
+@needs("pipeline", "wgmma")
+def test_matmul_rejects_bad_arguments():
+    a, b = zeros((128, 128)), zeros((128, 128))
+    check_rejects(hopper.matmul, [
+        ("tile_m must divide M", (a, b), {"tile_m": 96}, ["tile_m"]),
+        ("tile_n must divide N", (a, b), {"tile_n": 96}, ["tile_n"]),
+        ("tile_k must divide K", (a, b), {"tile_k": 96}, ["tile_k"]),
+        ("a and b must agree in K", (a, zeros((64, 128))), {}, ["K"]),
+        ("the tensor core multiplies float16 or bfloat16",
+         (zeros((128, 128), "float32"), zeros((128, 128), "float32")), {}, None),
+        ("max_concurrent_steps must be at least 1", (a, b), {"max_concurrent_steps": 0},
+         ["max_concurrent_steps"]),
+    ])
 
 
 # 6 -------------------------------------------------------------------------
@@ -231,6 +387,27 @@ def test_warpgroups(S, D, block_rows, dtype, rng):
     check_smem_tile(ran, (2, block_rows, D), "the two slots of the ring")
     check(ran, x + np.asarray(1, dtype), blocks=(block_rows, None), axes="S D",
           likely={"not_added": x})
+    found = gpu_steps.run(kernel_of(ran))
+    if found is not None and found.unwaited:
+        extra = found.unwaited[0]
+        fail("barrier_unwaited", (
+            "a barrier ends the kernel with completions nobody waited for: your "
+            "plgpu.barrier_arrive (under 'arrives') completes it more often than the other "
+            "warpgroup waits on it. On a Hopper a barrier must not be freed with an "
+            "arrival pending; GPU interpret mode does not count them. Arrive only when a "
+            "wait will take it: the consumer releases a slot only if a later tile reuses "
+            "it (i + 2 < steps)."),
+            [("arrives", line_of(extra.arrive)),
+             ("", f"barrier[{', '.join(map(str, extra.index))}] completes "
+                  f"{extra.completions} times, waited {extra.waits}")])
+
+
+@puzzle("hopper.warpgroups")
+@needs("warpgroups", "tma")
+def test_warpgroups_rejects_bad_arguments():
+    check_rejects(hopper.add_one_specialized, [
+        ("block_rows must divide S", (zeros((256, 128), "float32"),), {"block_rows": 96},
+         ["block_rows"])])
 
 
 # 7 -------------------------------------------------------------------------
@@ -247,27 +424,116 @@ def attention_f64(q, k, v, causal):
     return np.einsum("bnts,bnsh->bnth", p / p.sum(-1, keepdims=True), v)
 
 
+def attention_f64_heads(q, k, v, causal, kv_head):
+    """attention_f64 with query head n reading K/V head kv_head(n)."""
+    N = q.shape[1]
+    heads = [kv_head(n) for n in range(N)]
+    return attention_f64(q, k[:, heads], v[:, heads], causal)
+
+
+def attention_not_rescaled(q, k, v, causal, block_kv):
+    """The online softmax with acc never rescaled by alpha: acc sums each KV block's
+    p @ v against the running max of its own step, l is rescaled."""
+    q, k, v = f64(q, k, v)
+    N, K, S = q.shape[1], k.shape[1], k.shape[2]
+    k, v = np.repeat(k, N // K, axis=1), np.repeat(v, N // K, axis=1)
+    s = np.einsum("bnth,bnsh->bnts", q, k) / math.sqrt(q.shape[-1])
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    m = np.full(s.shape[:-1], -np.inf)
+    l, acc = np.zeros(s.shape[:-1]), np.zeros(q.shape)
+    for j in range(0, S, block_kv):
+        block = s[..., j:j + block_kv]
+        m_new = np.maximum(m, block.max(-1))
+        keep = np.isfinite(m_new)
+        if not keep.any():
+            continue
+        p = np.exp(block - np.where(keep, m_new, 0)[..., None])
+        p = np.where(np.isfinite(block), p, 0)
+        l = l * np.exp(np.where(np.isfinite(m), m - m_new, -np.inf)) + p.sum(-1)
+        acc = acc + np.einsum("bnts,bnsh->bnth", p, v[:, :, j:j + block_kv])
+        m = m_new
+    return acc / l[..., None]
+
+
+def check_kv_blocks_visited(ran, *, T, S, block_q, block_kv, causal):
+    """Each block (b, n, qi) issues two wgmmas per KV block it visits; with causal, it
+    visits only the KV blocks holding a key at or before its last query."""
+    found = gpu_steps.run(kernel_of(ran))
+    if found is None:
+        return
+    for block, wgmmas in sorted(found.wgmmas.items()):
+        qi = block[-1]
+        last_query = (qi + 1) * block_q - 1
+        needed = min(S // block_kv, -(-(last_query + 1) // block_kv)) if causal \
+            else S // block_kv
+        if wgmmas != 2 * needed:
+            visited = wgmmas / 2
+            shown = f"{visited:g}" if visited == int(visited) else f"{wgmmas} wgmmas for"
+            hold = "holds" if needed == 1 else "hold"
+            if wgmmas > 2 * needed:
+                says = (f"q block {qi} visits {shown} KV blocks where {needed} {hold} a key "
+                        f"at or before its last query ({last_query}): the blocks past the "
+                        "diagonal are all masked and only cost time, half the work of "
+                        "causal attention. Give emit_pipeline a grid of the blocks that "
+                        f"count, min(S // block_kv, cdiv((qi + 1) * block_q, block_kv)) "
+                        "(a traced number of steps is fine).")
+            else:
+                says = (f"q block {qi} visits {shown} KV blocks where {needed} {hold} a key "
+                        f"at or before its last query ({last_query}): keys it must see are "
+                        "never visited. Count KV blocks, not q blocks: cdiv((qi + 1) * "
+                        "block_q, block_kv) blocks of block_kv keys (block_q and block_kv "
+                        "differ here).")
+            fail("kv_steps", says, [
+                ("kv steps", f"q block {qi}: yours {shown} · needed {needed} "
+                             f"(block_q={block_q}, block_kv={block_kv}, causal={causal})")])
+
+
 @puzzle("hopper.attention")
 @needs("pipeline", "wgmma")
-@pytest.mark.parametrize("B, N, K, T, S, H, causal, dtype", [
-    pytest.param(1, 4, 2, 64, 128, 64, False, "float16",
+@pytest.mark.parametrize("B, N, K, T, S, H, causal, block_q, block_kv, dtype", [
+    pytest.param(1, 4, 2, 64, 128, 64, False, 64, 64, "float16",
                  id="B=1 N=4 K=2 T=64 S=128 H=64 f16 (grouped heads)"),
-    pytest.param(2, 1, 1, 128, 128, 64, True, "bfloat16",
+    pytest.param(2, 1, 1, 128, 128, 64, True, 64, 64, "bfloat16",
                  id="B=2 N=K=1 T=S=128 H=64 causal bf16"),
-    pytest.param(2, 16, 4, 2048, 2048, 128, True, "bfloat16", id="B=2 N=16 K=4 T=S=2048-gpu",
-                 marks=on_gpu),
+    pytest.param(1, 2, 1, 256, 256, 64, True, 128, 64, "float16",
+                 id="B=1 N=2 K=1 T=S=256 causal block_q=128 block_kv=64 f16"),
+    pytest.param(2, 16, 4, 2048, 2048, 128, True, 64, 64, "bfloat16",
+                 id="B=2 N=16 K=4 T=S=2048-gpu", marks=on_gpu),
 ])
-def test_attention(B, N, K, T, S, H, causal, dtype, rng):
+def test_attention(B, N, K, T, S, H, causal, block_q, block_kv, dtype, rng):
     q = rng.normal((B, N, T, H), dtype)
     k, v = rng.normal((B, K, S, H), dtype), rng.normal((B, K, S, H), dtype)
-    ran = measure(hopper.attention, q, k, v, causal=causal, block_q=64, block_kv=64,
+    ran = measure(hopper.attention, q, k, v, causal=causal, block_q=block_q,
+                  block_kv=block_kv,
                   structure=GPU.where(inside={"wgmma_ref", "emit_pipeline", "exp"},
-                                      grid=(B, N, T // 64)))
+                                      grid=(B, N, T // block_q)))
     check_wgmmas(ran, at_least=2, why=(
         "both products run on the tensor core, q @ k.T for the scores and p @ v for the "
         "output (p stored to an SMEM tile first)."))
-    check(ran, attention_f64(q, k, v, causal).astype(dtype), blocks=(None, None, 64, None),
-          axes="B N T H",
-          likely={"unscaled": lambda: attention_f64(q * math.sqrt(H), k, v, causal)
-                  .astype(dtype),
-                  "not_causal": lambda: attention_f64(q, k, v, not causal).astype(dtype)})
+    check_kv_blocks_visited(ran, T=T, S=S, block_q=block_q, block_kv=block_kv,
+                            causal=causal)
+    likely = {"unscaled": lambda: attention_f64(q * math.sqrt(H), k, v, causal).astype(dtype),
+              "not_causal": lambda: attention_f64(q, k, v, not causal).astype(dtype),
+              "acc_not_rescaled": lambda: attention_not_rescaled(q, k, v, causal, block_kv)
+              .astype(dtype)}
+    if K not in (1, N):
+        likely["kv_head_mod"] = lambda: attention_f64_heads(
+            q, k, v, causal, lambda n: n % K).astype(dtype)
+    check(ran, attention_f64(q, k, v, causal).astype(dtype),
+          blocks=(None, 1, block_q, None), axes="B N T H", likely=likely)
+
+
+@puzzle("hopper.attention")
+@needs("pipeline", "wgmma")
+def test_attention_rejects_bad_arguments():
+    q = zeros((1, 2, 128, 64))
+    check_rejects(hopper.attention, [
+        ("block_q must be a multiple of 64", (q, q, q), {"block_q": 32}, ["block_q"]),
+        ("block_kv must be a multiple of 64", (q, q, q), {"block_kv": 96}, ["block_kv"]),
+        ("block_q must divide T", (zeros((1, 2, 192, 64)), q, q), {"block_q": 128},
+         ["block_q"]),
+        ("K must divide N", (zeros((1, 3, 128, 64)), q, q), {}, ["K", "N"]),
+        ("the tensor core multiplies float16 or bfloat16",
+         (zeros((1, 2, 128, 64), "float32"),) * 3, {}, None),
+    ])

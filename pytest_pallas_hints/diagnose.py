@@ -110,10 +110,9 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
         low, high = float(rows.min()), float(rows.max())
         findings.append(Finding("row_scaled", (
             f"each row of your {name} is right up to a factor of its own (from {low:.3g} "
-            f"to {high:.3g}): a normalisation that disagrees with what it normalises. In "
-            "a softmax, the sum l counts terms its numerator does not (a score that should "
-            "be masked to -inf but is not), or misses a rescale (l = alpha * l + ..., when "
-            "the running max moves)."),
+            f"to {high:.3g}): a normalisation that disagrees with what it normalises, or "
+            "rows that summed or averaged a different set of values than expected (rows "
+            "read from the wrong place, terms missing or counted twice)."),
             facts=[("rows", f"yours = c × expected per row, c from {low:.3g} to {high:.3g}")]))
     offset = _constant_offset(y, e, tolerance)
     if offset is not None and factor is None:
@@ -555,6 +554,22 @@ _GPU_RACE_SAYS = {
         "nothing orders one block after another. Each block must write only its own "
         "part: check the slice it computes from lax.axis_index (pl.ds(first, size) "
         "starts at `first` and takes `size`)."),
+    "barrier_deadlock": (
+        "your kernel would never finish: each warpgroup still running waits (under "
+        "'waits') for a completion of a barrier that nothing left to run will bring. The "
+        "kit ran your kernel's loops and barriers on their integers before running it. "
+        "Each plgpu.barrier_wait takes the barrier's next completion, which a TMA copy "
+        "signalling it or a plgpu.barrier_arrive of another warpgroup brings: count, "
+        "barrier by barrier and step by step, the completions and the waits."),
+    "race_wgmma_refill": (
+        "end the pipeline body with plgpu.wgmma_wait(0): a TMA copy refills an SMEM slot "
+        "that the wgmma under 'wgmma' may still be reading. plgpu.wgmma only issues the "
+        "product; the tensor core reads its operands until a plgpu.wgmma_wait(n) leaves "
+        "at most n wgmmas running, and plgpu.emit_pipeline refills the slot the body read "
+        "as soon as the body returns (with delay_release=d on the BlockSpecs, the slot of "
+        "d steps back: then plgpu.wgmma_wait(d) is enough). GPU interpret mode finishes "
+        "every wgmma at once and cannot see this; a Hopper would multiply tiles half "
+        "overwritten."),
     "race_threads": (
         "two warpgroups touch one SMEM buffer (under 'first' and 'then'), at least one of "
         "them writing, and nothing orders them: warpgroups run concurrently. The one that "
@@ -1001,7 +1016,7 @@ def render(findings: list[Finding], words: dict[str, str] | None = None,
 
 _UNWRAPPED = {"blocks", "at", "race", "waits", "started", "in flight", "waited", "also on it",
               "reads", "copy", "async", "store", "read", "first", "then",
-              "earlier"}   # file:line   code
+              "earlier", "wgmma", "wait", "arrives"}   # file:line   code
 
 
 def _row(label: str, text: str) -> list[str]:

@@ -594,6 +594,7 @@ class KernelCall:
     backend: str = "mosaic_tpu"  # or "mosaic_gpu": a plgpu.kernel (Mosaic GPU, Hopper)
     threads: int = 1            # Pallas threads (warpgroups) per block (Mosaic GPU)
     api: str = "pl.pallas_call"  # how it was written: or "pl.kernel", "plgpu.kernel"
+    axes: tuple = ()            # Mosaic GPU: (name, size) per grid axis, then the threads'
 
 
 # A Mosaic GPU kernel (plgpu.kernel) is an mpmd_map equation: one program per mesh,
@@ -719,7 +720,11 @@ def _gpu_kernel_call(eqn) -> KernelCall:
         name=name, source=source, line=line, grid=grid,
         num_prefetch=0, blocks=(), num_inputs=len(eqn.invars), kernel=kernel, scratch=(),
         dynamic_grid=(), semantics=(), backend="mosaic_gpu",
-        threads=int(getattr(mesh, "num_threads", None) or 1), api="plgpu.kernel")
+        threads=int(getattr(mesh, "num_threads", None) or 1),
+        axes=(*zip(tuple(getattr(mesh, "grid_names", ()) or ()), grid),
+              *(((mesh.thread_name, int(mesh.num_threads)),)
+                if getattr(mesh, "thread_name", None) and getattr(mesh, "num_threads", None)
+                else ())), api="plgpu.kernel")
 
 
 def _tensorcore_kernel_call(eqn) -> KernelCall:

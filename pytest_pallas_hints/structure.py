@@ -314,8 +314,11 @@ def _wgmma_operands(program, structure, sources):
 def _gpu_order(program, structure, sources):
     """An asynchronous read (a wgmma, a TMA copy out) of SMEM not ordered after what it
     reads, in a Mosaic GPU kernel's program order (ordering.py): GPU interpret mode does
-    not see the tensor core's reads."""
-    from . import ordering
+    not see the tensor core's reads. Then, from the kernel's loops and barriers run on
+    their integers (gpu_steps.py), before the kernel runs: a deadlock (the interpreter
+    would wait until the time bound), and a TMA copy refilling a slot a wgmma may still
+    read."""
+    from . import gpu_steps, ordering
     from .diagnose import _GPU_RACE_SAYS
 
     for site in program.sites:
@@ -325,6 +328,28 @@ def _gpu_order(program, structure, sources):
             facts = [(label, _line(eqn, sources))
                      for label, eqn in zip(labels, (problem.eqn, problem.other))]
             return [Finding(problem.kind, _GPU_RACE_SAYS[problem.kind], facts=facts)]
+    for site in program.sites:
+        found = gpu_steps.run(site.call)
+        if found is not None and found.stuck:
+            facts = []
+            for stuck in found.stuck:
+                steps = "".join(f", loop step {step}" for step in stuck.steps)
+                barrier = f"[{', '.join(map(str, stuck.index))}]" if stuck.index else ""
+                facts += [("waits", _line(stuck.wait, sources)),
+                          ("", f"warpgroup {stuck.thread}{steps}: waits for completion "
+                               f"{stuck.needs} of barrier{barrier}, which has had "
+                               f"{stuck.completions}")]
+            return [Finding("barrier_deadlock", _GPU_RACE_SAYS["barrier_deadlock"],
+                            facts=facts)]
+        if found is not None and found.refills:
+            refill = found.refills[0]
+            wait = refill.wait
+            waited = ("none between the wgmma and the copy" if wait is None else
+                      f"{_line(wait, sources)}   (lets "
+                      f"{int(wait.params.get('n', wait.params.get('wait_n', 0)))} run on)")
+            return [Finding("race_wgmma_refill", _GPU_RACE_SAYS["race_wgmma_refill"],
+                            facts=[("wgmma", _line(refill.wgmma, sources)),
+                                   ("wait", waited)])]
     return []
 
 

@@ -304,7 +304,6 @@ def attention_kernel(q_ref, k_ref, v_ref, o_ref, q_tile, p_tile, o_tile, landed,
             return pv_acc[...]
 
         pv = pl.run_scoped(values, plgpu.ACC((block_q, H), jnp.float32))
-        plgpu.commit_smem()
         return acc * lax.broadcast_in_dim(alpha, acc.shape, [0]) + pv, m_new, l
 
     if causal:   # the kv blocks with a key at or before the block's last query

@@ -1,6 +1,8 @@
 """The kit's support for Mosaic GPU kernels (plgpu.kernel), the hopper chapter's
 backend: GPU interpret mode's race reports turned into findings with the learner's
-lines, the ledger of asynchronous reads GPU interpret mode cannot see (ordering.py),
+lines, the ledger of asynchronous reads GPU interpret mode cannot see (ordering.py), the
+kernel's loops and barriers run on their integers (a wgmma still reading a slot a copy
+refills, a deadlock named before it runs, gpu_steps.py),
 the structure rules every Mosaic GPU kernel is held to, a kernel waiting on a barrier
 nothing completes, and the hardware gating (Hopper, "cannot be verified")."""
 import functools
@@ -164,6 +166,195 @@ def test_program_id_in_a_gpu_grid_is_named():
 
     findings = rules(trace(add_one, np.zeros((16, 128), np.float32)))
     assert findings[0].kind == "program_id" and "lax.axis_index" in findings[0].says
+
+
+# --- the kernel's loops and barriers, run on their integers (gpu_steps.py) ---------
+
+def pipelined_matmul(a, b, *, wait=0, delay_release=0):
+    """A K-pipelined wgmma matmul (one output tile, 4 K steps, 2 in flight) whose body
+    ends with plgpu.wgmma_wait(wait) (None: no wait)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    layout = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+
+    def body(a_ref, b_ref, o_ref):
+        def product(acc):
+            def step(indices, a_tile, b_tile):
+                plgpu.wgmma(acc, a_tile, b_tile)
+                if wait is not None:
+                    plgpu.wgmma_wait(wait)
+
+            spec = functools.partial(plgpu.BlockSpec, transforms=layout,
+                                     delay_release=delay_release)
+            plgpu.emit_pipeline(step, grid=(4,), max_concurrent_steps=2,
+                                in_specs=[spec((64, 64), lambda k: (0, k)),
+                                          spec((64, 64), lambda k: (k, 0))])(a_ref, b_ref)
+            return acc[...]
+
+        o_ref[...] = pl.run_scoped(product, plgpu.ACC((64, 64), jnp.float32)).astype(
+            o_ref.dtype)
+
+    return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((64, 64), a.dtype))(a, b)
+
+
+@needs_gpu_interpret
+@pytest.mark.parametrize("wait, delay_release, refills", [
+    (0, 0, False), (None, 0, True), (1, 0, True), (1, 1, False), (None, 1, True)])
+def test_a_wgmma_still_reading_a_slot_the_pipeline_refills_is_found(
+        wait, delay_release, refills):
+    import numpy as np
+
+    from pytest_pallas_hints import gpu_steps
+
+    a = np.zeros((64, 256), np.float16)
+    traced = trace(functools.partial(pipelined_matmul, wait=wait,
+                                     delay_release=delay_release), a, a.T.copy())
+    found = gpu_steps.run(traced.sites[0].call)
+    assert found.wgmmas == {(): 4}   # the work: one wgmma per K step
+    assert bool(found.refills) == refills
+    kinds = [f.kind for f in rules(traced)]
+    assert kinds == (["race_wgmma_refill"] if refills else [])
+
+
+def producer_consumer(x, *, first_wait=2, release_always=False):
+    """Puzzle hopper.warpgroups' shape: a producer warpgroup copies 4 tiles into 2
+    slots, a consumer reads them; ``first_wait`` is the first tile for which the
+    producer waits for its slot to be released."""
+    import jax
+    from jax import lax
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    def body(x_ref, o_ref, tiles, loaded, consumed):
+        @pl.when(lax.axis_index("wg") == 1)
+        def producer():
+            @pl.loop(0, 4)
+            def fetch(i):
+                @pl.when(i >= first_wait)
+                def _():
+                    plgpu.barrier_wait(consumed.at[i % 2])
+
+                plgpu.copy_gmem_to_smem(x_ref.at[pl.ds(i * 8, 8)], tiles.at[i % 2],
+                                        loaded.at[i % 2])
+
+        @pl.when(lax.axis_index("wg") == 0)
+        def consumer():
+            @pl.loop(0, 4)
+            def compute(i):
+                plgpu.barrier_wait(loaded.at[i % 2])
+                o_ref[pl.ds(i * 8, 8)] = tiles[i % 2] + 1
+                plgpu.commit_smem()
+
+                @pl.when(jax.numpy.logical_or(release_always, i + 2 < 4))
+                def _():
+                    plgpu.barrier_arrive(consumed.at[i % 2])
+
+    return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                        num_threads=2, thread_name="wg",
+                        scratch_types=[plgpu.SMEM((2, 8, 128), x.dtype),
+                                       plgpu.Barrier(num_barriers=2),
+                                       plgpu.Barrier(num_barriers=2)])(x)
+
+
+@needs_gpu_interpret
+def test_a_deadlock_is_named_before_the_kernel_runs():
+    import numpy as np
+
+    from pytest_pallas_hints import gpu_steps
+
+    x = np.zeros((32, 128), np.float32)
+    good = gpu_steps.run(trace(producer_consumer, x).sites[0].call)
+    assert good.stuck == [] and good.unwaited == []
+    traced = trace(functools.partial(producer_consumer, first_wait=1), x)
+    stuck = gpu_steps.run(traced.sites[0].call).stuck
+    # the producer waits for slot 1's release at tile 1; the consumer for tile 1 to land
+    assert sorted((s.thread, s.index, s.needs, s.completions, s.steps) for s in stuck) == [
+        (0, (1,), 1, 0, (1,)), (1, (1,), 1, 0, (1,))]
+    findings = rules(traced)
+    assert findings[0].kind == "barrier_deadlock"
+    assert sum("test_mosaic_gpu.py" in text for _, text in findings[0].facts) == 2
+
+
+@needs_gpu_interpret
+def test_an_arrival_no_wait_observes_is_counted():
+    import numpy as np
+
+    from pytest_pallas_hints import gpu_steps
+
+    x = np.zeros((32, 128), np.float32)
+    found = gpu_steps.run(trace(functools.partial(producer_consumer, release_always=True),
+                                x).sites[0].call)
+    assert [(u.index, u.completions, u.waits) for u in found.unwaited] == [
+        ((0,), 2, 1), ((1,), 2, 1)]
+
+
+@needs_gpu_interpret
+def test_control_flow_on_an_unknown_value_gives_no_verdict():
+    import jax
+    import numpy as np
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    from pytest_pallas_hints import gpu_steps
+
+    def body(x_ref, o_ref, tile, landed):   # whether it waits depends on the data
+        plgpu.copy_gmem_to_smem(x_ref, tile, landed)
+
+        @pl.when(x_ref[0, 0] > 0)
+        def _():
+            plgpu.barrier_wait(landed)
+
+    def copy(x):
+        return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                            scratch_types=[plgpu.SMEM(x.shape, x.dtype), plgpu.Barrier()])(x)
+
+    assert gpu_steps.run(trace(copy, np.zeros((8, 128), np.float32)).sites[0].call) is None
+
+
+@needs_gpu_interpret
+def test_a_gpu_block_carries_nothing_to_the_next_block():
+    """Blocks of a Mosaic GPU grid run in parallel: a later block wrong is an index that
+    ignores lax.axis_index, never a state carried between blocks (whatever a block's
+    own pipeline carries)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    from pytest_pallas_hints.checking import Mismatch, check, measure
+
+    def block_zero_sum(x):   # every block sums block 0's rows: the index map ignores it
+        def add(_, tile, total):
+            total = total + tile[...]
+            plgpu.commit_smem()
+            return total
+
+        def body(x_ref, o_ref):
+            total = plgpu.emit_pipeline(
+                add, grid=(2,),
+                in_specs=[plgpu.BlockSpec((None, 64, 128), lambda l: (l, 0, 0))],
+                init_carry=jnp.zeros((64, 128), jnp.float32))(x_ref)
+            o_ref[pl_rows()] = total
+
+        def pl_rows():
+            from jax import lax
+            from jax.experimental import pallas as pl
+            return pl.ds(lax.axis_index("blocks") * 64, 64)
+
+        return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((128, 128), x.dtype),
+                            grid=(2,), grid_names=("blocks",))(x)
+
+    x = np.arange(2 * 128 * 128, dtype=np.float32).reshape(2, 128, 128) / 1e4
+    with runtime.mosaic_gpu(compiled=False):
+        ran = measure(block_zero_sum, x, structure=None)
+    with pytest.raises(Mismatch) as failed:
+        check(ran, x.sum(0), blocks=(64, None), axes="M D")
+    finding = failed.value.findings()[0]
+    assert finding.kind == "later_blocks"
+    assert "carries" not in finding.says and "index map" in finding.says
 
 
 # --- running: a barrier nothing completes, hardware gating ---------------------------

@@ -1,0 +1,406 @@
+"""A Mosaic GPU kernel's control flow run on its integers alone: loops, branches,
+barriers and wgmma groups, without the data.
+
+GPU interpret mode runs a kernel's data, and cannot see three things a Hopper would:
+a wgmma still reading an SMEM slot when a TMA copy refills it (the interpreter
+finishes every wgmma at once), a barrier wait that nothing will ever complete (the
+interpreter waits until the kit's time bound), a barrier arrival that no wait
+observes. This module runs every block of the kernel's grid, each of its Pallas
+threads as a coroutine, evaluating every scalar integer (loop counters, slots, grid
+indices, step counts) and leaving every array unknown. Where control flow depends on
+a value it does not know, it gives up: no verdict rather than a wrong one.
+
+  refills   a TMA copy into an SMEM slot that a wgmma issued earlier may still be
+            reading (no plgpu.wgmma_wait in between lets it finish);
+  stuck     the waits a deadlock leaves blocked: every thread still running waits on
+            a barrier that nothing left to run will complete;
+  unwaited  completions of a barrier, by plgpu.barrier_arrive, that no wait observes;
+  wgmmas    per block of the grid, the wgmmas it issued (the work it did).
+
+Nothing here runs JAX: it reads a kernel's jaxpr.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import operator
+
+from . import jaxcompat
+
+BUDGET = 300_000   # equations evaluated per kernel before giving up
+
+
+class _Unknown(Exception):
+    """Control flow hangs on a value this module does not know."""
+
+
+@dataclasses.dataclass
+class Refill:
+    wgmma: object        # the wgmma_ref equation still reading the slot
+    copy: object         # the copy_gmem_to_smem that overwrites it
+    wait: object | None  # the last wgmma_wait (or accumulator read) before the copy
+
+
+@dataclasses.dataclass
+class Stuck:
+    thread: int          # the Pallas thread (warpgroup) that waits
+    wait: object         # its barrier_wait equation
+    index: tuple         # the barrier's index in its array (() for one barrier)
+    needs: int           # the completion it waits for (1 = the first)
+    completions: int     # how many the barrier gets, in all
+    steps: tuple         # the iteration of each loop around the wait
+
+
+@dataclasses.dataclass
+class Unwaited:
+    arrive: object       # the last barrier_arrive on the barrier
+    index: tuple
+    completions: int
+    waits: int
+
+
+@dataclasses.dataclass
+class Run:
+    wgmmas: dict         # block (its grid indices) -> wgmmas it issued
+    refills: list
+    stuck: list
+    unwaited: list
+
+
+_CACHE: dict = {}
+
+
+def run(call) -> Run | None:
+    """Runs one Mosaic GPU kernel (a KernelCall) on its integers; None where it cannot."""
+    if getattr(call, "backend", "") != "mosaic_gpu":
+        return None
+    cached = _CACHE.get(id(call.kernel))
+    if cached is not None and cached[0] is call.kernel:
+        return cached[1]
+    try:
+        found = _Kernel(call).run()
+    except (_Unknown, RecursionError):
+        found = None
+    except Exception:   # a primitive this module does not know how to read
+        found = None
+    if len(_CACHE) > 16:
+        _CACHE.clear()
+    _CACHE[id(call.kernel)] = (call.kernel, found)
+    return found
+
+
+# ------------------------------------------------------------------ scalars ---
+
+def _div(a, b):
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+_SCALAR = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "max": max, "min": min,
+    "div": _div, "rem": lambda a, b: a - b * _div(a, b),
+    "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
+    "gt": operator.gt, "ge": operator.ge, "and": operator.and_, "or": operator.or_,
+    "xor": operator.xor, "neg": operator.neg, "abs": abs,
+    "not": lambda a: (not a) if isinstance(a, bool) else ~a,
+    "sign": lambda a: (a > 0) - (a < 0),
+    "select_n": lambda which, *cases: cases[int(which)],
+    "clamp": lambda lo, x, hi: min(max(x, lo), hi),
+    "convert_element_type": lambda a: a,
+}
+
+
+def _value(x):
+    """A Python int or bool for a scalar integer constant, else None."""
+    shape = getattr(x, "shape", ())
+    if shape != ():
+        return None
+    kind = getattr(getattr(x, "dtype", None), "kind", None)
+    if isinstance(x, bool) or kind == "b":
+        return bool(x)
+    if isinstance(x, int) or kind in ("i", "u"):
+        return int(x)
+    return None
+
+
+def _scalar(eqn, ins):
+    aval = eqn.outvars[0].aval
+    if len(eqn.outvars) != 1 or getattr(aval, "shape", None) != () \
+            or any(v is None or isinstance(v, _Ref) for v in ins):
+        return None
+    kind = getattr(getattr(aval, "dtype", None), "kind", None)
+    if kind not in ("b", "i", "u"):
+        return None
+    out = _SCALAR[eqn.primitive.name](*ins)
+    return bool(out) if kind == "b" else int(out)
+
+
+# --------------------------------------------------------------------- refs ---
+
+@dataclasses.dataclass(frozen=True)
+class _Ref:
+    root: object           # the allocation
+    arrivals: int = 1      # a barrier's num_arrivals
+
+
+def _ref(var, root):
+    return _Ref(root, int(getattr(getattr(var.aval, "dtype", None), "num_arrivals", 1) or 1))
+
+
+def _leaves(eqn, ins, start, *trees):
+    """The transform leaves of each operand, for treedefs named ``trees``, from ``start``."""
+    groups = []
+    for tree in trees:
+        count = eqn.params[tree].num_leaves if eqn.params.get(tree) is not None else 0
+        groups.append(tuple(v if not isinstance(v, _Ref) else None
+                            for v in ins[start:start + count]))
+        start += count
+    return groups, start
+
+
+def _may_alias(a, b) -> bool:
+    (root_a, index_a), (root_b, index_b) = a, b
+    return root_a == root_b and (len(index_a) != len(index_b) or all(
+        x is None or y is None or x == y for x, y in zip(index_a, index_b)))
+
+
+# -------------------------------------------------------------- the kernel ---
+
+class _Kernel:
+    def __init__(self, call):
+        self.call = call
+        self.spent = 0
+        self.refills: list = []
+        self.seen_refills: set = set()
+
+    def run(self) -> Run:
+        axes = list(self.call.axes)
+        threads = self.call.threads if self.call.threads > 1 else 1
+        thread_axis = axes.pop()[0] if threads > 1 and axes else None
+        wgmmas, stuck, unwaited = {}, [], []
+        for block in itertools.product(*(range(size) for _, size in axes)):
+            where = {name: index for (name, _), index in zip(axes, block)}
+            found = _Block(self, where, thread_axis, threads).run()
+            wgmmas[block] = found.wgmmas
+            if found.stuck and not stuck:
+                stuck = found.stuck
+            if found.unwaited and not unwaited:
+                unwaited = found.unwaited
+        return Run(wgmmas, self.refills, stuck, unwaited)
+
+
+class _Block:
+    """One block of the grid: its threads, and the barriers they share."""
+
+    def __init__(self, kernel: _Kernel, where: dict, thread_axis, threads: int):
+        self.kernel, self.where, self.thread_axis, self.threads = kernel, where, thread_axis, \
+            threads
+        self.arrivals: dict = {}     # barrier key -> arrivals
+        self.arrived_by: dict = {}   # barrier key -> the last barrier_arrive
+        self.wgmmas = 0
+        self.stuck: list = []
+        self.unwaited: list = []
+
+    def completions(self, key) -> int:
+        return self.arrivals.get(key, 0) // key[0].arrivals
+
+    def run(self) -> "_Block":
+        jaxpr = self.kernel.call.kernel
+        threads = [_Thread(self, t) for t in range(self.threads)]
+        running = {t.number: t.start(jaxpr) for t in threads}
+        waiting: dict = {}
+        while running:
+            progress = False
+            for number, generator in list(running.items()):
+                blocked = waiting.get(number)
+                if blocked is not None and self.completions(blocked[1]) < blocked[2]:
+                    continue
+                try:
+                    waiting[number] = next(generator)
+                    progress = True
+                except StopIteration:
+                    running.pop(number)
+                    waiting.pop(number, None)
+                    progress = True
+            if running and not progress:
+                for number in running:
+                    eqn, key, needs, steps = waiting[number]
+                    self.stuck.append(Stuck(number, eqn, key[1], needs, self.completions(key),
+                                            steps))
+                return self
+        waited = {}
+        for thread in threads:
+            for key, count in thread.waits.items():
+                waited[key] = max(waited.get(key, 0), count)
+        for key, arrive in self.arrived_by.items():
+            if self.completions(key) > waited.get(key, 0):
+                self.unwaited.append(Unwaited(arrive, key[1], self.completions(key),
+                                              waited.get(key, 0)))
+        return self
+
+
+class _Thread:
+    """One Pallas thread of a block, run as a coroutine that yields (the barrier_wait,
+    its barrier key, the completion it needs, the loop steps) while it is blocked."""
+
+    def __init__(self, block: _Block, number: int):
+        self.block, self.number = block, number
+        self.waits: dict = {}
+        self.pending: list = []      # wgmmas issued and not waited: (eqn, operand keys)
+        self.last_wait = None
+        self.steps: list = []
+
+    def start(self, jaxpr):
+        args = [_ref(var, ("in", n)) for n, var in enumerate(jaxpr.invars)]
+        return self._call(jaxpr, [], args)
+
+    def _call(self, jaxpr, consts, args):
+        env = {}
+        for var, value in zip(jaxpr.constvars, consts):
+            env[var] = value if isinstance(value, _Ref) else _value(value)
+        for var, value in zip(jaxpr.invars, args):
+            env[var] = value
+        yield from self._run(jaxpr, env)
+        return [self._read(env, v) for v in jaxpr.outvars]
+
+    @staticmethod
+    def _read(env, var):
+        if jaxcompat.is_literal(var):
+            return _value(var.val)
+        return env.get(var)
+
+    def _run(self, jaxpr, env):
+        kernel = self.block.kernel
+        for eqn in jaxpr.eqns:
+            kernel.spent += 1
+            if kernel.spent > BUDGET:
+                raise _Unknown("too many steps")
+            name = eqn.primitive.name
+            ins = [self._read(env, v) for v in eqn.invars]
+            outs = None
+            if name in _SCALAR:
+                outs = [_scalar(eqn, ins)]
+            elif name == "axis_index":
+                axis = eqn.params["axis_name"]
+                outs = [self.number if axis == self.block.thread_axis
+                        else self.block.where.get(axis)]
+            elif name == "cond":
+                if ins[0] is None:
+                    raise _Unknown("a branch on an unknown value")
+                branches = eqn.params["branches"]
+                inner, consts = jaxcompat.open_jaxpr(
+                    branches[min(max(int(ins[0]), 0), len(branches) - 1)])
+                outs = yield from self._call(inner, consts, ins[1:])
+            elif name == "while":
+                outs = yield from self._while(eqn, ins)
+            elif name == "scan":
+                outs = yield from self._scan(eqn, ins)
+            elif name == "run_scoped":
+                inner, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
+                scoped = [_ref(var, ("scoped", id(var))) for var in inner.invars]
+                inner_env = dict(zip(inner.constvars, ins))
+                inner_env.update(zip(inner.invars, scoped))
+                yield from self._run(inner, inner_env)
+                outs = [self._read(inner_env, v) for v in inner.outvars]
+            elif jaxcompat.inlined(eqn) is not None:
+                inner, consts = jaxcompat.inlined(eqn)
+                outs = yield from self._call(inner, consts, ins)
+            elif name == "wgmma_ref":
+                self._wgmma(eqn, ins)
+            elif name == "wgmma_wait":
+                self._retire(int(eqn.params.get("n", 0)), eqn)
+            elif name == "wgmma_accumulator_deref":
+                self._retire(int(eqn.params.get("wait_n", 0)), eqn)
+            elif name == "copy_gmem_to_smem":
+                self._copy_in(eqn, ins)
+            elif name == "barrier_arrive":
+                (leaves,), end = _leaves(eqn, ins, 1, "transforms_treedef")
+                if not (eqn.params.get("has_user_predicate") and ins[end] is False):
+                    self._arrive((ins[0], leaves), eqn, by_thread=True)
+            elif name == "barrier_wait":
+                (leaves,), _ = _leaves(eqn, ins, 1, "transforms_treedef")
+                key = self._key(ins[0], leaves)
+                needs = self.waits.get(key, 0) + 1
+                while self.block.completions(key) < needs:
+                    yield (eqn, key, needs, tuple(self.steps))
+                self.waits[key] = needs
+            elif any(True for _ in jaxcompat.sub_jaxprs(eqn)) and name not in (
+                    "custom_vmap_call",):
+                raise _Unknown(f"{name}: a body this module does not run")
+            if outs is None or len(outs) != len(eqn.outvars):
+                outs = [None] * len(eqn.outvars)
+            for var, value in zip(eqn.outvars, outs):
+                env[var] = value
+
+    def _while(self, eqn, ins):
+        params = eqn.params
+        cond, cond_consts = jaxcompat.open_jaxpr(params["cond_jaxpr"])
+        body, body_consts = jaxcompat.open_jaxpr(params["body_jaxpr"])
+        cn, bn = params["cond_nconsts"], params["body_nconsts"]
+        cargs, bargs, carry = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
+        step = 0
+        while True:
+            go = yield from self._call(cond, cond_consts, [*cargs, *carry])
+            if go[0] is None:
+                raise _Unknown("a loop bound that is not known")
+            if not go[0]:
+                return carry
+            self.steps.append(step)
+            carry = yield from self._call(body, body_consts, [*bargs, *carry])
+            self.steps.pop()
+            step += 1
+
+    def _scan(self, eqn, ins):
+        params = eqn.params
+        body, consts = jaxcompat.open_jaxpr(params["jaxpr"])
+        nc, ncarry = jaxcompat.scan_layout(eqn)
+        fixed, carry, xs = ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]
+        steps = range(params["length"])
+        for step in (reversed(steps) if params.get("reverse") else steps):
+            self.steps.append(step)
+            out = yield from self._call(body, consts, [*fixed, *carry, *([None] * len(xs))])
+            self.steps.pop()
+            carry = out[:ncarry]
+        return [*carry, *([None] * (len(eqn.outvars) - ncarry))]
+
+    # -- the tensor core and the TMA engine
+    def _wgmma(self, eqn, ins):
+        (_, a, b), end = _leaves(eqn, ins, 3, "acc_transforms_tree", "a_transforms_tree",
+                                 "b_transforms_tree")
+        keys = [(ref.root, leaves) for ref, leaves in ((ins[1], a), (ins[2], b))
+                if isinstance(ref, _Ref)]
+        self.pending.append((eqn, keys))
+        self.block.wgmmas += 1
+
+    def _retire(self, left: int, eqn):
+        self.pending = self.pending[len(self.pending) - left:] if left > 0 else []
+        self.last_wait = eqn
+
+    def _copy_in(self, eqn, ins):
+        has_barrier = bool(eqn.params.get("has_barrier", True))
+        (_, dst, bar), end = _leaves(eqn, ins, 2 + has_barrier, "src_transforms_treedef",
+                                     "dst_transforms_treedef", "barrier_transforms_treedef")
+        if eqn.params.get("has_user_predicate") and ins[end] is False:
+            return
+        if isinstance(ins[1], _Ref):
+            written = (ins[1].root, dst)
+            for wgmma, keys in self.pending:
+                if any(_may_alias(key, written) for key in keys) \
+                        and (id(wgmma), id(eqn)) not in self.block.kernel.seen_refills:
+                    self.block.kernel.seen_refills.add((id(wgmma), id(eqn)))
+                    self.block.kernel.refills.append(Refill(wgmma, eqn, self.last_wait))
+        if has_barrier:
+            self._arrive((ins[2], bar), eqn, by_thread=False)
+
+    # -- barriers
+    @staticmethod
+    def _key(ref, leaves):
+        if not isinstance(ref, _Ref) or any(v is None for v in leaves):
+            raise _Unknown("a barrier whose index is not known")
+        return (ref, tuple(leaves))
+
+    def _arrive(self, barrier, eqn, by_thread: bool):
+        key = self._key(*barrier)
+        self.block.arrivals[key] = self.block.arrivals.get(key, 0) + 1
+        if by_thread:
+            self.block.arrived_by[key] = eqn

@@ -1,0 +1,34 @@
+"""hopper.matmul: the copy out's column offset uses m: blocks (0, 1) and (1, 0) copy
+into the same window of o_ref."""
+PUZZLE = "hopper.matmul"
+EXPECT = 'two blocks copy their o_tile into the same window of o_ref'
+
+
+def matmul_kernel(a_ref, b_ref, o_ref, o_tile, *, tile_m, tile_n, tile_k,
+                  max_concurrent_steps):
+    K = a_ref.shape[1]
+    m, n = lax.axis_index("m"), lax.axis_index("n")
+    transforms = wgmma_transforms(tile_k, a_ref.dtype)
+
+    def product(acc):
+        def step(indices, a_tile, b_tile):
+            plgpu.wgmma(acc, a_tile, b_tile)
+            plgpu.wgmma_wait(0)   # done reading the slots before the pipeline refills them
+
+        plgpu.emit_pipeline(
+            step,
+            grid=(K // tile_k,),
+            in_specs=[
+                plgpu.BlockSpec((tile_m, tile_k), lambda k: (m, k), transforms=transforms),
+                plgpu.BlockSpec((tile_k, tile_n), lambda k: (k, n), transforms=transforms),
+            ],
+            max_concurrent_steps=max_concurrent_steps,
+        )(a_ref, b_ref)
+        return acc[...]
+
+    result = pl.run_scoped(product, plgpu.ACC((tile_m, tile_n), jnp.float32))
+    o_tile[...] = result.astype(o_tile.dtype)
+    plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(o_tile, o_ref.at[pl.ds(m * tile_m, tile_m),
+                                             pl.ds(m * tile_n, tile_n)])
+    plgpu.wait_smem_to_gmem(0)
