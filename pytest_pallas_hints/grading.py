@@ -16,6 +16,7 @@ import base64
 import dataclasses
 import json
 
+from . import jaxcompat
 from .catalogue import Chapter
 from .scoreboard import PuzzleRun
 
@@ -44,8 +45,11 @@ def grade(chapters: dict[str, Chapter], runs: dict[str, PuzzleRun], reports: lis
     """
     first_report: dict[str, dict] = {}
     duration: dict[str, float] = {}
+    unverifiable: dict[str, str] = {}   # puzzle -> a feature this JAX lacks for it
     for data in reports:
         first_report.setdefault(data["puzzle"], data)
+        if data.get("unverifiable"):
+            unverifiable.setdefault(data["puzzle"], data["unverifiable"])
         duration[data["puzzle"]] = duration.get(data["puzzle"], 0.0) + data.get("duration", 0.0)
     present = {pid.split(".")[0] for pid in first_report} | set(broken_files)
     graded = []
@@ -64,6 +68,11 @@ def grade(chapters: dict[str, Chapter], runs: dict[str, PuzzleRun], reports: lis
                 status, message = "error", message_for(run)
             elif run is not None and run.failed:
                 status, message = "fail", message_for(run)
+            elif puzzle.id in unverifiable:
+                status = "fail"
+                message = (f"cannot be verified on JAX {jaxcompat.jax_version()}: "
+                           f"{unverifiable[puzzle.id]} is not available (grade it with a "
+                           "newer JAX)")
             else:
                 status = "fail"
                 message = ("its tests did not run" if run is None else
