@@ -314,6 +314,19 @@ def test_out_of_bounds_guesses_why_from_the_numbers(block, step, window, says):
         assert "element offset" not in found
 
 
+def test_out_of_bounds_of_an_element_window_speaks_of_offsets():
+    """A pl.Element dim's index map returns an element offset (the window starts at the
+    number itself, not at number x block size): a window past the array's end is told in
+    offsets and rows, never as a block index out of a count of blocks."""
+    error = RuntimeError('IndexError: Out-of-bounds block index (19, 0, 0) for input "x_ref" '
+                         'in iteration (1, 2) on device 0 (core 0): reading [(slice(19, 25, '
+                         '1), slice(0, 9, 1), slice(0, 4, 1))] but input has shape (24, 9, 4).')
+    found = explain(error, [], ROOT).says
+    assert "element offsets (19, 0, 0)" in found
+    assert "the window at offset 19 of 6 elements ends at 25, past the array's end" in found
+    assert "block indices, from 0" not in found and "blocks (0 to" not in found
+
+
 def test_a_kernel_that_returns_its_result_is_pointed_at():
     error = ValueError("The kernel function in the pallas_call add_one_kernel at "
                        "/kit/exercises/basics.py:35 should return None. It returns a PyTree")
