@@ -204,7 +204,9 @@ def test_quantize(R, C, block_rows, dtype, rng):
         "scale_inverted": lambda: np.where(amax > 0, 127 / np.where(amax > 0, amax, 1),
                                            1).astype(np.float32),
         "scale_not_divided": lambda: np.where(amax > 0, amax, 1).astype(np.float32),
-        "scale_per_block": lambda: per_block_scale(amax, block_rows, scale)})
+        "scale_per_block": lambda: per_block_scale(amax, block_rows, scale),
+        "scale_in_bf16": lambda: np.where(amax > 0, amax / np.float32(127), 1).astype(
+            x.dtype).astype(np.float32)})
     # A ratio within 1e-4 of a tie (k + 0.5) may round either way in float32.
     q = np.asarray(q)
     if q.shape == expected_q.shape:
