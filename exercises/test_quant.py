@@ -602,9 +602,10 @@ def test_halo(B, H, W, C, F, KH, KW, block_h, rng):
     check_window_in_vmem(ran, x, w, ran.output, KH, block_h, F, 1, Wp)
     check_work(ran, flops=2 * B * tiles * block_h * W * C * F * KH * KW)
     item = x.itemsize
-    check_traffic(ran, reference=item * (B * tiles * window * Wp * C + KH * KW * C * F
-                                         + B * H * W * F),
-                  minimum=item * (x.size + w.size + B * H * W * F))
+    windows = item * B * tiles * window * Wp * C     # one window of rows per tile
+    check_traffic(ran, reference=windows + item * (w.size + B * H * W * F),
+                  minimum=item * (x.size + w.size + B * H * W * F),
+                  shares=[(x, windows), (w, item * w.size)])
     lowers_for_tpu(ran)
 
 
@@ -647,10 +648,11 @@ def test_strided(B, H, W, C, F, KH, stride, block_h, block_f, rng):
     check_window_in_vmem(ran, x, w, ran.output, KH, block_h, bf, stride, Wp)
     check_work(ran, flops=2 * B * tiles * block_h * Wo * C * cdiv(F, bf) * bf * KH * KH)
     item = x.itemsize
-    w_reads = 1 if bf >= F else B * tiles
-    check_traffic(ran, reference=item * (B * tiles * window * Wp * C
-                                         + w_reads * KH * KH * C * F + B * Ho * Wo * F),
-                  minimum=item * (x.size + w.size + B * Ho * Wo * F))
+    w_reads = 1 if bf >= F else B * tiles            # the filter's blocks, once per tile
+    windows = item * B * tiles * window * Wp * C     # one window of rows per tile
+    check_traffic(ran, reference=windows + item * (w_reads * w.size + B * Ho * Wo * F),
+                  minimum=item * (x.size + w.size + B * Ho * Wo * F),
+                  shares=[(x, windows), (w, item * w_reads * w.size)])
     lowers_for_tpu(ran)
 
 
