@@ -921,6 +921,11 @@ _ERRORS = [
      "ref's shape. Compare the two: a reduction without keepdims=True, a block with a "
      "dim of size 1 that its BlockSpec should squeeze (None), a scratch or out_shape of "
      "another shape, or a slice of the wrong size?"),
+    (r"lax\.(shift_\w+) requires arguments to have the same dtypes, got (\w+), (\w+)",
+     "shift_dtypes",
+     "lax.{0} takes two operands of one dtype, and got {1} and {2} (a Python int count "
+     "such as 4 is an int32): cast the value to the count's dtype first, "
+     "v.astype(jnp.{2}), or give the count the value's dtype."),
     (r"Invalid dtype for `swap`\. Ref dtype: (\w+)\. Value dtype: (\w+)", "store_dtype",
      "you stored a {1} value into a {0} ref: cast it first, value.astype(o_ref.dtype)."),
     (r"Out-of-bounds block index (\([^)]*\)) for (?:input|output) \"(\w+)\" in iteration "

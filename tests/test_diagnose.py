@@ -327,6 +327,15 @@ def test_out_of_bounds_of_an_element_window_speaks_of_offsets():
     assert "block indices, from 0" not in found and "blocks (0 to" not in found
 
 
+def test_a_shift_of_two_dtypes_says_to_cast_the_value():
+    error = TypeError("lax.shift_right_logical requires arguments to have the same dtypes, "
+                      "got int8, int32. (Tip: jnp.right_shift is a similar function that "
+                      "does automatic type promotion on inputs).")
+    finding = explain(error, [], ROOT)
+    assert finding.kind == "shift_dtypes"
+    assert "got int8 and int32" in finding.says and "v.astype(jnp.int32)" in finding.says
+
+
 def test_a_kernel_that_returns_its_result_is_pointed_at():
     error = ValueError("The kernel function in the pallas_call add_one_kernel at "
                        "/kit/exercises/basics.py:35 should return None. It returns a PyTree")
