@@ -283,11 +283,13 @@ def int4_kernel(x_ref, packed_ref, scale_ref, zero_ref, o_ref, acc_ref, w_ref):
         ...                                   row 2   lo 1 ...
                                               row 3   hi 1 ...
 
-    Unpacking is integer bit work. Cast the block to int32 first (a TPU's vector unit
-    shifts and masks 32-bit lanes), then:
+    Unpacking is integer bit work on an int32 copy of the block, v =
+    packed_ref[...].astype(jnp.int32): lax's shifts take two operands of one dtype (an
+    int8 block shifted by 4, an int32, is a TypeError), and on int8 jnp's >> is an
+    arithmetic shift, which copies the sign bit down. Then:
 
         v & 0xF                                  # the low 4 bits
-        jax.lax.shift_right_logical(v, 4)        # every bit moved down by 4
+        jax.lax.shift_right_logical(v, 4)        # every bit moved down by 4, zeros in
 
     The byte is read as int8: a byte 0x9A is -102, and its int32 copy 0xFFFFFF9A still
     carries those high 1s after a shift right. Mask the high nibble with 0xF too.

@@ -26,6 +26,7 @@ import pytest
 
 from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_vmem,
                                  check_work, fail, lowers_for_tpu, measure)
+from pytest_pallas_hints import jaxcompat
 from pytest_pallas_hints.structure import carried_state
 
 quant = chapter("quant")
@@ -141,6 +142,114 @@ def tiled(M, K, N, bm, bk, bn, blocks, outside=("pad",)):
     whole blocks), with these block shapes; nothing but `outside` around it."""
     return Structure(inside={"dot_general"}, outside=frozenset(outside),
                      grid=(cdiv(M, bm), cdiv(N, bn), cdiv(K, bk)), blocks=blocks)
+
+
+# --- what the kernels do, read from their traced programs ---------------------------
+
+def kernel_eqns(jaxpr, *, into_when=True):
+    """Every equation of a kernel's jaxpr and of the jaxprs inside it (loops, the jits
+    of jnp functions; the branches of pl.when unless ``into_when`` is False)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        if eqn.primitive.name == "cond" and not into_when:
+            continue
+        for inner, _ in jaxcompat.sub_jaxprs(eqn):
+            yield from kernel_eqns(jaxcompat.open_jaxpr(inner)[0], into_when=into_when)
+
+
+def kernels(ran):
+    """(site, kernel jaxpr) of every pallas_call the program ran."""
+    return [(site, jaxcompat.open_jaxpr(site.call.kernel)[0]) for site in ran.program.sites]
+
+
+def learner_line(eqn):
+    """[("at", "exercises/quant.py:123")]: the chapter line that made ``eqn``, if known."""
+    for path, line in jaxcompat.frames(eqn):
+        path = path.replace("\\", "/")
+        if "/jax/" not in path and "pytest_pallas_hints" not in path \
+                and not path.endswith("test_quant.py") and "/python3." not in path:
+            return [("at", f"{'/'.join(path.split('/')[-2:])}:{line}")]
+    return []
+
+
+def narrow_float(dtype):
+    dtype = np.dtype(dtype)
+    return bool(jax.numpy.issubdtype(dtype, jax.numpy.floating)) and dtype.itemsize < 4
+
+
+def operands_of(ran, array):
+    """The kernel operands (site, operand number) whose value comes from ``array``, one of
+    the arguments ``ran`` was measured with (found by identity, not by position)."""
+    positions = {n for n, leaf in enumerate(jax.tree_util.tree_leaves(ran.args))
+                 if leaf is array}
+    return [(site, n) for site in ran.program.sites
+            for n, inputs in enumerate(site.inputs) if inputs & positions]
+
+
+def check_dot_in_x_dtype(ran, x, what):
+    """Every dot multiplies two operands of x's dtype: the MXU takes one type, and a float32
+    operand beside a bf16 x makes jnp.dot promote x to float32 too, several times slower
+    on the MXU. ``what``: the weights' block, as the stub names it."""
+    want = np.dtype(x.dtype)
+    for site, jaxpr in kernels(ran):
+        for eqn in kernel_eqns(jaxpr):
+            if eqn.primitive.name != "dot_general":
+                continue
+            got = [np.dtype(v.aval.dtype) for v in eqn.invars[:2]]
+            if any(g != want for g in got):
+                fail("dot_dtype", (
+                    f"the dot multiplies {got[0].name} by {got[1].name} where x is {want.name}: "
+                    f"the MXU takes two operands of one type, x's. Cast {what} to x's dtype "
+                    "in VMEM, .astype(x.dtype), right before the dot: with a float32 operand "
+                    "beside a bf16 x the dot runs in float32, and float32 products take the "
+                    "MXU several passes each."),
+                    [("dot", f"{site.call.name}(): {got[0].name} x {got[1].name}, x is "
+                             f"{want.name}")] + learner_line(eqn))
+
+
+def check_taps_in_float32(ran):
+    """The taps of a convolution are summed in float32: no einsum returns, and no
+    addition sums, a float narrower than 32 bits."""
+    for site, jaxpr in kernels(ran):
+        for eqn in kernel_eqns(jaxpr):
+            name = eqn.primitive.name
+            if name not in ("dot_general", "add", "add_any") or \
+                    not narrow_float(eqn.outvars[0].aval.dtype):
+                continue
+            dtype = np.dtype(eqn.outvars[0].aval.dtype).name
+            what = (f"an einsum returns {dtype}, its sum over C rounded" if name == "dot_general"
+                    else f"the taps are added in {dtype}, the running sum rounded")
+            fail("taps_narrow", (
+                f"{what} to {dtype}'s 8 significant bits: every tap's rounding adds up over "
+                "KH * KW taps. Ask each einsum for float32 sums, preferred_element_type="
+                "jnp.float32, keep the sum of the taps in float32, acc = jnp.zeros(o_ref.shape, "
+                "jnp.float32), and cast once, at the store."),
+                [("sum", f"{site.call.name}(): {name} in {dtype}")] + learner_line(eqn))
+
+
+def check_scales_at_the_last_step(ran, scales):
+    """The scales (arguments) are multiplied in only under a pl.when, not at every k step:
+    a multiply that reads a value from them at the kernel's top level runs at every step."""
+    for site, jaxpr in kernels(ran):
+        tainted = {jaxpr.invars[n] for s, n in
+                   (pair for array in scales for pair in operands_of(ran, array)) if s is site}
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "cond":
+                continue
+            if not any(v in tainted for v in eqn.invars if not jaxcompat.is_literal(v)):
+                continue
+            inner = [e.primitive.name for sub, _ in jaxcompat.sub_jaxprs(eqn)
+                     for e in kernel_eqns(jaxcompat.open_jaxpr(sub)[0])]
+            if eqn.primitive.name == "mul" or "mul" in inner:
+                fail("scales_every_step", (
+                    "the scales are multiplied in at every k step, outside the pl.when of "
+                    "the last one: the int32 sum is finished only at the last k step, so "
+                    "each earlier product by the scales is bm * bn multiplies thrown away "
+                    "(and a store each). Multiply by a_scale * b_scale and store inside "
+                    "@pl.when(k == pl.num_programs(2) - 1), once per tile."),
+                    [("scaled", f"{site.call.name}(): a multiply by the scales outside "
+                                "every pl.when")] + learner_line(eqn))
+            tainted.update(eqn.outvars)
 
 
 # 1 -------------------------------------------------------------------------------
@@ -280,6 +389,7 @@ def test_dequant(M, K, N, bm, rng):
                   structure=tiled(M, K, N, bm, bk, bn,
                                   {0: (bm, bk), 1: (bm, 1), 2: (bk, bn), 3: (1, bn)}))
     check_int32_accumulator(ran, scales=(a_scale, b_scale))
+    check_scales_at_the_last_step(ran, (a_scale, b_scale))
     truth = exact(a, b).astype(np.float64)
     rows, cols = a_scale.astype(np.float64), b_scale.astype(np.float64)
     whole = K // bk * bk
@@ -386,6 +496,7 @@ def test_weight_only(M, K, N, bm, bk, dtype, rng):
     bm, bk, bn = min(bm, M), min(bk, K), min(128, N)
     ran = measure(quant.int8_weight_matmul, x, w, w_scale, bm=bm, bk=bk,
                   structure=tiled(M, K, N, bm, bk, bn, {0: (bm, bk), 1: (bk, bn), 2: (1, bn)}))
+    check_dot_in_x_dtype(ran, x, "the int8 block")
     x64, w64, s64 = (np.asarray(v, np.float64) for v in (x, w, w_scale))
     whole = K // bk * bk
     out = x.dtype
@@ -460,6 +571,7 @@ def test_int4(M, K, N, group_size, bm, dtype, rng):
                   bm=bm, structure=Structure(
                       inside={"dot_general"}, grid=(cdiv(M, bm), cdiv(N, bn), groups),
                       blocks={0: (bm, group_size), 1: (group_size // 2, bn)}))
+    check_dot_in_x_dtype(ran, x, "the unpacked group, w_ref[...],")
     x64, out = np.asarray(x, np.float64), x.dtype
 
     def with_weights(u=u, s=group_scales, z=zeros, after_scale=False):
@@ -469,6 +581,16 @@ def test_int4(M, K, N, group_size, bm, dtype, rng):
             w = dequantized(u, s, z, group_size)
         return lambda: (x64 @ w).astype(out)
 
+    def as_the_kernel_computes(u):   # (u - zero) * scale in float32, cast to x's dtype
+        s32 = np.repeat(np.asarray(group_scales, np.float32), group_size, axis=0)
+        z32 = np.repeat(np.asarray(zeros, np.float32), group_size, axis=0)
+        w = ((u.astype(np.float32) - z32) * s32).astype(out).astype(np.float64)
+        return lambda: (x64 @ w).astype(out)
+
+    unmasked = u.copy()   # the high nibble shifted in int32 and not masked: a byte >= 0x80
+    unmasked[1::2] = (packed.astype(np.int64) % 2 ** 32) >> 4   # keeps its 1s, near 2^28
+    halves = np.concatenate([u.reshape(groups, group_size // 2, 2, N)[:, :, p]   # low nibbles
+                             for p in (0, 1)], axis=1).reshape(K, N)   # first, then high
     swapped = u.reshape(K // 2, 2, N)[:, ::-1].reshape(K, N)
     signed_high = u.copy()
     signed_high[1::2] = np.where(u[1::2] >= 8, u[1::2] - 16, u[1::2])
@@ -479,6 +601,8 @@ def test_int4(M, K, N, group_size, bm, dtype, rng):
               "zero_point_forgotten": with_weights(z=0 * zeros),
               "zero_point_after_scale": with_weights(after_scale=True),
               "high_nibble_signed": with_weights(u=signed_high),
+              "high_nibble_unmasked": as_the_kernel_computes(unmasked),
+              "halves_not_interleaved": with_weights(u=halves),
               "first_group_scales": with_weights(s=first[0], z=first[1])})
     if is_tpu_size(M, K, N):
         return
@@ -568,32 +692,42 @@ CONV = Structure(inside={"dot_general"}, outside={"pad"})
 
 
 @puzzle("quant.halo")
-@pytest.mark.parametrize("B, H, W, C, F, KH, KW, block_h", [
-    pytest.param(2, 9, 7, 4, 8, 3, 3, 4,
+@pytest.mark.parametrize("B, H, W, C, F, KH, KW, block_h, dtype", [
+    pytest.param(2, 9, 7, 4, 8, 3, 3, 4, "float32",
                  id="B=2 H=9 W=7 C=4 F=8 3x3 block_h=4 (odd sizes, a partial tile)"),
-    pytest.param(1, 16, 8, 8, 16, 5, 1, 4,
+    pytest.param(1, 16, 8, 8, 16, 5, 1, 4, "float32",
                  id="B=1 H=16 W=8 C=8 F=16 5x1 block_h=4 (a filter one column wide)"),
-    pytest.param(8, 56, 56, 128, 128, 3, 3, 8, id="B=8 H=W=56 C=F=128 3x3 block_h=8-tpu",
-                 marks=on_tpu),
+    pytest.param(1, 8, 8, 16, 16, 3, 3, 8, "bfloat16",
+                 id="B=1 H=W=8 C=F=16 3x3 block_h=8 bf16 (one tile, exact)"),
+    pytest.param(8, 56, 56, 128, 128, 3, 3, 8, "bfloat16",
+                 id="B=8 H=W=56 C=F=128 3x3 block_h=8 bf16-tpu", marks=on_tpu),
 ])
-def test_halo(B, H, W, C, F, KH, KW, block_h, rng):
-    """SAME convolution, stride 1: right values, one dot per tap over each tile, each input
-    row read a bounded number of times, a window of rows in VMEM."""
-    x, w = rng.normal((B, H, W, C)), rng.normal((KH, KW, C, F))
+def test_halo(B, H, W, C, F, KH, KW, block_h, dtype, rng):
+    """SAME convolution, stride 1: right values, the taps summed in float32, one dot per tap
+    over each tile, each input row read a bounded number of times, a window of rows in VMEM.
+
+    In bf16, x and w hold small integers: every sum is exact in float32, so only taps
+    summed in float32 and rounded once, at the store, match NumPy to the last bit."""
+    if dtype == "bfloat16":
+        x, w = small_ints(rng, (B, H, W, C), dtype), small_ints(rng, (KH, KW, C, F), dtype)
+    else:
+        x, w = rng.normal((B, H, W, C)), rng.normal((KH, KW, C, F))
     Ho, Wo, tiles, window, Hp, Wp = conv_geometry(H, W, KH, KW, 1, block_h)
     ran = measure(quant.conv2d_rows, x, w, block_h=block_h, structure=CONV.where(
         grid=(B, tiles)))
+    check_taps_in_float32(ran)
     def window_by_blocks():   # window i starts at padded row i, not i * block_h: output
         rows = np.arange(H)   # row i * block_h + r is the right output row i + r
-        return conv(x, w)[:, rows // block_h + rows % block_h].astype(np.float32)
+        return conv(x, w)[:, rows // block_h + rows % block_h].astype(out)
 
     def image_0_only():       # every window taken from the first image
-        return np.broadcast_to(conv(x[:1], w), (B, H, W, F)).astype(np.float32)
+        return np.broadcast_to(conv(x[:1], w), (B, H, W, F)).astype(out)
 
-    check(ran, conv(x, w).astype(np.float32), blocks=(1, block_h, None, None),
-          axes="B H W F", tolerance=1e-4, likely={
-              "kernel_flipped": lambda: conv(x, w, flip=True).astype(np.float32),
-              "padded_after_only": lambda: conv(x, w, before=(0, 0)).astype(np.float32),
+    out = x.dtype
+    check(ran, conv(x, w).astype(out), blocks=(1, block_h, None, None),
+          axes="B H W F", tolerance=EXACT if dtype == "bfloat16" else 1e-4, likely={
+              "kernel_flipped": lambda: conv(x, w, flip=True).astype(out),
+              "padded_after_only": lambda: conv(x, w, before=(0, 0)).astype(out),
               "window_by_blocks": window_by_blocks,
               "image_0_only": image_0_only})
     if is_tpu_size(B, H, W, C):
