@@ -920,7 +920,8 @@ _ERRORS = [
      "you stored a value of shape {1} into a ref of shape {0}: a store must match the "
      "ref's shape. Compare the two: a reduction without keepdims=True, a block with a "
      "dim of size 1 that its BlockSpec should squeeze (None), a scratch or out_shape of "
-     "another shape, or a slice of the wrong size?"),
+     "another shape, this output's BlockSpec block shape (out_specs), or a slice of the "
+     "wrong size?"),
     (r"lax\.(shift_\w+) requires arguments to have the same dtypes, got (\w+), (\w+)",
      "shift_dtypes",
      "lax.{0} takes two operands of one dtype, and got {1} and {2} (a Python int count "

@@ -336,6 +336,16 @@ def test_a_shift_of_two_dtypes_says_to_cast_the_value():
     assert "got int8 and int32" in finding.says and "v.astype(jnp.int32)" in finding.says
 
 
+def test_a_store_of_another_shape_names_the_output_blockspec_among_the_causes():
+    """A (16, 1) scale stored into a (16, 256) output block: the output's BlockSpec gave
+    the ref its shape, so it is among the things to compare."""
+    error = ValueError("Invalid shape for `swap`. Ref shape: (16, 256). Expected shape: "
+                       "(16, 256). Value shape: (16, 1). Transforms: ().")
+    finding = explain(error, [], ROOT)
+    assert finding.kind == "store_shape"
+    assert "this output's BlockSpec block shape (out_specs)" in finding.says
+
+
 def test_a_kernel_that_returns_its_result_is_pointed_at():
     error = ValueError("The kernel function in the pallas_call add_one_kernel at "
                        "/kit/exercises/basics.py:35 should return None. It returns a PyTree")
