@@ -56,8 +56,9 @@ a and of the output, K the summed dim, N columns of b and of the output; bm, bk,
 the block sizes along M, K and N. For the convolution: B batch, H and W the
 image's height and width, C input channels, F output channels, KH and KW the
 filter's height and width, Ho and Wo the output's height and width. The tests run
-your kernels on CPU in Pallas's TPU interpret mode, which fills fresh buffers with
-NaN, so a forgotten initialisation shows.
+your kernels on CPU in Pallas's TPU interpret mode, which fills fresh float buffers
+with NaN and fresh int32 ones with 2147483647 (the largest int32: integers have no
+NaN), so a forgotten initialisation shows.
 """
 import functools
 
@@ -411,19 +412,19 @@ def conv2d_rows(x, w, *, block_h=8):
     usually fetches. pl.Element makes a block dim count elements: the block is that
     many elements long, and the index map returns the offset where it starts.
 
-        pl.BlockSpec((pl.Element(rows), pl.Element(Wp), pl.Element(C)), index_map)
+        pl.BlockSpec((pl.Element(window), pl.Element(Wp), pl.Element(C)), index_map)
         # index_map returns element offsets (first row, 0, 0), not block indices;
         # on a TPU a BlockSpec with one Element dim has them all Element
 
     1. SAME padding at stride 1: (KH - 1) // 2 rows of zeros above and the rest below,
        (KW - 1) // 2 columns left and the rest right (jnp.pad, before the kernel). Pad
        the bottom further, so that the last tile's window lies inside the array when
-       block_h does not divide H: cdiv(H, block_h) * block_h + KH - 1 rows in all,
-       W + KW - 1 columns.
+       block_h does not divide H: Hp = cdiv(H, block_h) * block_h + KH - 1 rows in
+       all, Wp = W + KW - 1 columns.
     2. Offsets address one array: fold the batch into the rows, a reshape to
-       [B * rows, W + KW - 1, C] (free); row r of image b is row b * rows + r.
+       [B * Hp, Wp, C] (free); row r of image b is row b * Hp + r.
     3. The grid (B, cdiv(H, block_h)): the window of step (b, i) starts at row
-       b * rows + i * block_h; the filter comes whole, the same block at every step;
+       b * Hp + i * block_h; the filter comes whole, the same block at every step;
        the output in (None, block_h, W, F) blocks at (b, i, 0, 0). Both axes
        "parallel".
 

@@ -68,6 +68,26 @@ def wrap8(x):
     return (np.asarray(x, np.int64) + 128) % 256 - 128
 
 
+def check_int32_zeroed(sums, truth):
+    """The int32 running sum started from 0: interpret mode fills a fresh int32 buffer with
+    2147483647 (integers have no NaN), so sums that never started from 0 sit near +-2^31,
+    whatever the products (and whatever earlier tiles left in the scratch) added to it.
+    ``sums``: the kernel's sums, unscaled; ``truth``: the exact sums (far below 2^30)."""
+    sums = np.asarray(sums, np.float64)
+    if sums.shape != truth.shape or np.abs(truth).max() >= 2 ** 29:
+        return
+    near = np.abs(sums) > 2 ** 30
+    if near.mean() > 0.5:
+        fail("scratch_not_zeroed", (
+            "your sums sit near +-2147483647: interpret mode fills a fresh int32 buffer with "
+            "2147483647, the largest int32 (integers have no NaN), and the int32 scratch was "
+            "never zeroed, so every sum started there and wrapped around. Zero it at the "
+            "first k step of every tile: @pl.when(k == 0), acc_ref[...] = "
+            "jnp.zeros_like(acc_ref)."),
+            [("sums", f"{int(near.sum())} of {near.size} beyond 2^30 in magnitude, the exact "
+                      f"ones at most {int(np.abs(truth).max()):,}")])
+
+
 def k_products(a, b, bk):
     """The int64 product of each K block, in the order a kernel adds them."""
     return [exact(a[:, k:k + bk], b[k:k + bk]) for k in range(0, a.shape[1], bk)]
@@ -103,6 +123,23 @@ def check_int32_accumulator(ran, scales=()):
                 "sum of int8 products belongs in int32 (the MXU's int8 products arrive as "
                 "int32 with preferred_element_type=jnp.int32), exact at any K, and a float "
                 "only after the last k step."), state)
+
+
+def check_k_padded(ran, operands):
+    """Every block along K lies inside its array: K padded with zeros to whole blocks.
+    ``operands``: (argument, its K dim, what to pad). A last block that hangs past the end
+    of K holds garbage, which reaches every output (int8 has no NaN to show it)."""
+    for array, dim, what in operands:
+        for block in ran.blocks_from(array):
+            size, length = block.block_shape[dim], block.array_shape[dim]
+            if size and size < length and length % size:
+                fail("k_not_padded", (
+                    f"{what} are not padded: the last K block ({size} wide) hangs past the end "
+                    f"of K ({length}) and holds garbage that reaches every output. Pad both "
+                    "operands with zeros up to a multiple of bk (jnp.pad) before the call, and "
+                    "let the grid cover the padded K."),
+                    [("block", f"{block.name}: {size} along K, an array of {length} "
+                               f"({length % size} left over)")])
 
 
 def check_stored_width(ran, array, reads, what):
@@ -350,6 +387,7 @@ def test_int8_dot(M, K, N, bm, bk, bn, rng):
                   structure=tiled(M, K, N, bm, bk, bn, {0: (bm, bk), 1: (bk, bn)}, outside=()))
     check_int32_accumulator(ran)
     truth = exact(a, b)
+    check_int32_zeroed(ran.output, truth)
     check(ran, truth.astype(np.int32), blocks=(bm, bn), axes="i j", likely={
         "int8_products": lambda: np.sum([wrap8(p) for p in k_products(a, b, bk)],
                                         axis=0).astype(np.int32),
@@ -390,9 +428,12 @@ def test_dequant(M, K, N, bm, rng):
                                   {0: (bm, bk), 1: (bm, 1), 2: (bk, bn), 3: (1, bn)}))
     check_int32_accumulator(ran, scales=(a_scale, b_scale))
     check_scales_at_the_last_step(ran, (a_scale, b_scale))
+    check_k_padded(ran, [(a, 1, "a_q's columns"), (b, 0, "b_q's rows")])
     truth = exact(a, b).astype(np.float64)
     rows, cols = a_scale.astype(np.float64), b_scale.astype(np.float64)
     whole = K // bk * bk
+    if np.shape(ran.output) == truth.shape:
+        check_int32_zeroed(np.asarray(ran.output, np.float64) / (rows * cols), truth)
 
     def b_scale_follows_rows():   # tile (i, j) took the b_scale block of its row block i
         i, j = np.arange(M)[:, None] // bm, np.arange(N)[None, :] % bn
@@ -440,23 +481,38 @@ def test_dequant_checks_its_arguments(bad, rng):
 
 def raises_naming(bad, called, fn, *args, **static):
     """Passes if fn(*args) raises a ValueError whose message names ``bad``."""
+    wanted = ("expected", f'a ValueError whose message contains "{bad}"')
     try:
         jax.eval_shape(functools.partial(fn, **static), *args)
     except ValueError as error:
         if bad not in str(error):
-            fail("argument_check", f"{called} raised a ValueError that does not name "
-                 f"{bad}: say which argument is wrong.", [("called", called),
-                                                         ("raised", str(error)[:200])])
+            fail("argument_check", f'{called} raised a ValueError whose message does not '
+                 f'contain "{bad}": say which argument is wrong, by its name.',
+                 [("called", called), ("raised", str(error)[:200]), wanted])
         return
     except NotImplementedError:
         raise
     except Exception as error:
         fail("argument_check", f"{called} should raise a ValueError that names {bad} before "
-             "any kernel is built; it failed later, inside JAX.",
+             "any kernel is built; it failed later, with another error.",
              [("called", called),
-              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"),
+              wanted] + chapter_line_of(error))
     fail("argument_check", f"{called} should raise a ValueError that names {bad}; it raised "
-         "nothing.", [("called", called), ("raised", "nothing")])
+         "nothing.", [("called", called), ("raised", "nothing"), wanted])
+
+
+def chapter_line_of(error):
+    """[("at", "exercises/quant.py:123   code")]: the innermost line of the chapter's own
+    file (or a known mistake) in the error's traceback, if any."""
+    import traceback
+
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        path = frame.filename.replace("\\", "/")
+        if path.endswith(("exercises/quant.py", "reference/quant.py")) or "/mistakes/" in path:
+            return [("at", f"{'/'.join(path.split('/')[-2:])}:{frame.lineno}   "
+                           f"{(frame.line or '').strip()}")]
+    return []
 
 
 # 4 -------------------------------------------------------------------------------
@@ -497,6 +553,7 @@ def test_weight_only(M, K, N, bm, bk, dtype, rng):
     ran = measure(quant.int8_weight_matmul, x, w, w_scale, bm=bm, bk=bk,
                   structure=tiled(M, K, N, bm, bk, bn, {0: (bm, bk), 1: (bk, bn), 2: (1, bn)}))
     check_dot_in_x_dtype(ran, x, "the int8 block")
+    check_k_padded(ran, [(x, 1, "x's columns"), (w, 0, "w_q's rows")])
     x64, w64, s64 = (np.asarray(v, np.float64) for v in (x, w, w_scale))
     whole = K // bk * bk
     out = x.dtype
@@ -626,9 +683,11 @@ def same(size, k, stride):
     return out, max((out - 1) * stride + k - size, 0) // 2
 
 
-def conv(x, w, stride=1, *, before=None, flip=False):
+def conv(x, w, stride=1, *, before=None, flip=False, rows=None, cols=None):
     """The NHWC convolution (cross-correlation, as lax.conv_general_dilated) in float64,
-    SAME padding; ``before``: another padding before the image (a known wrong answer)."""
+    SAME padding; ``before``: another padding before the image; ``rows``, ``cols``: the
+    padded row (column) where each output row's (column's) first tap reads, where they are
+    not o * stride (known wrong answers)."""
     x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
     if flip:
         w = w[::-1, ::-1]
@@ -639,11 +698,12 @@ def conv(x, w, stride=1, *, before=None, flip=False):
         top, left = before
     xp = np.pad(x, ((0, 0), (top, (Ho - 1) * stride + KH), (left, (Wo - 1) * stride + KW),
                     (0, 0)))
+    rows = np.arange(Ho) * stride if rows is None else np.asarray(rows)
+    cols = np.arange(Wo) * stride if cols is None else np.asarray(cols)
     out = np.zeros((B, Ho, Wo, F))
     for kh in range(KH):
         for kw in range(KW):
-            patch = xp[:, kh:kh + (Ho - 1) * stride + 1:stride,
-                       kw:kw + (Wo - 1) * stride + 1:stride]
+            patch = xp[:, rows + kh][:, :, cols + kw]
             out += np.einsum("bhwc,cf->bhwf", patch, w[kh, kw])
     return out
 
@@ -765,6 +825,7 @@ def test_strided(B, H, W, C, F, KH, stride, block_h, block_f, rng):
     ran = measure(quant.conv2d, x, w, stride=stride, block_h=block_h, block_f=block_f,
                   structure=CONV.where(grid=(B, tiles, cdiv(F, bf))))
     half = (KH - 1) // 2
+    tile, r = np.arange(Ho) // block_h, np.arange(Ho) % block_h   # output row = tile, row in it
 
     def first_block_weights():   # every channel block computed with w[..., :bf]
         return conv(x, np.tile(w[..., :bf], (1, 1, 1, cdiv(F, bf)))[..., :F], stride).astype(
@@ -775,7 +836,12 @@ def test_strided(B, H, W, C, F, KH, stride, block_h, block_f, rng):
               "padding_symmetric": lambda: conv(x, w, stride, before=(half, half)).astype(
                   np.float32),
               "padded_after_only": lambda: conv(x, w, stride, before=(0, 0)).astype(np.float32),
-              "first_block_weights": first_block_weights})
+              "first_block_weights": first_block_weights,
+              "window_start_without_stride": lambda: conv(   # tile i's window at row i * block_h
+                  x, w, stride, rows=tile * block_h + r * stride).astype(np.float32),
+              "patches_at_stride_1": lambda: conv(           # stride not bound in the kernel
+                  x, w, stride, rows=tile * block_h * stride + r,
+                  cols=np.arange(Wo)).astype(np.float32)})
     if is_tpu_size(B, H, W, C):
         return
     check_rows_read(ran, x, KH, block_h, Hp, Wp)
