@@ -574,6 +574,27 @@ def test_weight_only(M, K, N, bm, bk, dtype, rng):
     lowers_for_tpu(ran)
 
 
+@puzzle("quant.weight_only")
+@pytest.mark.parametrize("bad", [
+    pytest.param("w_q", id="w_q of float32"),
+    pytest.param("w_scale", id="w_scale of shape [N, 1]"),
+    pytest.param("bm", id="bm=8 (not a multiple of 16)"),
+])
+def test_weight_only_checks_its_arguments(bad, rng):
+    """Arguments of the wrong dtype or shape fail up front, with a ValueError naming them."""
+    x, w = rng.normal((16, 128), "float32"), int8s(rng, (128, 128))
+    w_scale, bm = scales(rng, (1, 128)), 16
+    if bad == "w_q":
+        w = w.astype(np.float32)
+    elif bad == "w_scale":
+        w_scale = w_scale.T
+    else:
+        bm = 8
+    called = (f"int8_weight_matmul(x {x.shape} {x.dtype}, w_q {w.shape} {w.dtype}, "
+              f"w_scale {w_scale.shape}, bm={bm})")
+    raises_naming(bad, called, quant.int8_weight_matmul, x, w, w_scale, bm=bm)
+
+
 def summed_in_bf16(x, w, scale, bk, dtype):
     """A running sum rounded to bf16 after every k step, scaled at the end."""
     acc = np.zeros((x.shape[0], w.shape[1]))
@@ -674,6 +695,31 @@ def test_int4(M, K, N, group_size, bm, dtype, rng):
                   + M * N * x.itemsize,
                   minimum=(M * K + M * N) * x.itemsize + needed)
     lowers_for_tpu(ran)
+
+
+@puzzle("quant.int4")
+@pytest.mark.parametrize("bad", [
+    pytest.param("w_packed", id="w_packed of K rows, not K // 2"),
+    pytest.param("group_size", id="group_size=96 (does not divide K=256)"),
+    pytest.param("zeros", id="zeros of shape [N]"),
+])
+def test_int4_checks_its_arguments(bad, rng):
+    """Arguments of the wrong dtype or shape fail up front, with a ValueError naming them."""
+    K, N = 256, 128
+    x = rng.normal((16, K), "float32")
+    packed = pack(rng.integers((K, N), 0, 16, dtype="int64"))
+    group_scales = rng.uniform((2, N), 0.005, 0.05)
+    zeros, group_size = rng.uniform((2, N), 0.0, 15.0), 128
+    if bad == "w_packed":
+        packed = np.concatenate([packed, packed])
+    elif bad == "group_size":
+        group_size = 96
+    else:
+        zeros = zeros[0]
+    called = (f"int4_matmul(x {x.shape}, w_packed {packed.shape}, scales "
+              f"{group_scales.shape}, zeros {zeros.shape}, group_size={group_size})")
+    raises_naming(bad, called, quant.int4_matmul, x, packed, group_scales, zeros,
+                  group_size=group_size)
 
 
 # 6 -------------------------------------------------------------------------------
