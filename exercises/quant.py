@@ -56,8 +56,9 @@ a and of the output, K the summed dim, N columns of b and of the output; bm, bk,
 the block sizes along M, K and N. For the convolution: B batch, H and W the
 image's height and width, C input channels, F output channels, KH and KW the
 filter's height and width, Ho and Wo the output's height and width. The tests run
-your kernels on CPU in Pallas's TPU interpret mode, which fills fresh buffers with
-NaN, so a forgotten initialisation shows.
+your kernels on CPU in Pallas's TPU interpret mode, which fills fresh float buffers
+with NaN and fresh int32 ones with 2147483647 (the largest int32: integers have no
+NaN), so a forgotten initialisation shows.
 """
 import functools
 
@@ -283,11 +284,13 @@ def int4_kernel(x_ref, packed_ref, scale_ref, zero_ref, o_ref, acc_ref, w_ref):
         ...                                   row 2   lo 1 ...
                                               row 3   hi 1 ...
 
-    Unpacking is integer bit work. Cast the block to int32 first (a TPU's vector unit
-    shifts and masks 32-bit lanes), then:
+    Unpacking is integer bit work on an int32 copy of the block, v =
+    packed_ref[...].astype(jnp.int32): lax's shifts take two operands of one dtype (an
+    int8 block shifted by 4, an int32, is a TypeError), and on int8 jnp's >> is an
+    arithmetic shift, which copies the sign bit down. Then:
 
         v & 0xF                                  # the low 4 bits
-        jax.lax.shift_right_logical(v, 4)        # every bit moved down by 4
+        jax.lax.shift_right_logical(v, 4)        # every bit moved down by 4, zeros in
 
     The byte is read as int8: a byte 0x9A is -102, and its int32 copy 0xFFFFFF9A still
     carries those high 1s after a shift right. Mask the high nibble with 0xF too.
@@ -409,19 +412,19 @@ def conv2d_rows(x, w, *, block_h=8):
     usually fetches. pl.Element makes a block dim count elements: the block is that
     many elements long, and the index map returns the offset where it starts.
 
-        pl.BlockSpec((pl.Element(rows), pl.Element(Wp), pl.Element(C)), index_map)
+        pl.BlockSpec((pl.Element(window), pl.Element(Wp), pl.Element(C)), index_map)
         # index_map returns element offsets (first row, 0, 0), not block indices;
         # on a TPU a BlockSpec with one Element dim has them all Element
 
     1. SAME padding at stride 1: (KH - 1) // 2 rows of zeros above and the rest below,
        (KW - 1) // 2 columns left and the rest right (jnp.pad, before the kernel). Pad
        the bottom further, so that the last tile's window lies inside the array when
-       block_h does not divide H: cdiv(H, block_h) * block_h + KH - 1 rows in all,
-       W + KW - 1 columns.
+       block_h does not divide H: Hp = cdiv(H, block_h) * block_h + KH - 1 rows in
+       all, Wp = W + KW - 1 columns.
     2. Offsets address one array: fold the batch into the rows, a reshape to
-       [B * rows, W + KW - 1, C] (free); row r of image b is row b * rows + r.
+       [B * Hp, Wp, C] (free); row r of image b is row b * Hp + r.
     3. The grid (B, cdiv(H, block_h)): the window of step (b, i) starts at row
-       b * rows + i * block_h; the filter comes whole, the same block at every step;
+       b * Hp + i * block_h; the filter comes whole, the same block at every step;
        the output in (None, block_h, W, F) blocks at (b, i, 0, 0). Both axes
        "parallel".
 

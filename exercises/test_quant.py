@@ -26,6 +26,7 @@ import pytest
 
 from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_vmem,
                                  check_work, fail, lowers_for_tpu, measure)
+from pytest_pallas_hints import jaxcompat
 from pytest_pallas_hints.structure import carried_state
 
 quant = chapter("quant")
@@ -67,6 +68,26 @@ def wrap8(x):
     return (np.asarray(x, np.int64) + 128) % 256 - 128
 
 
+def check_int32_zeroed(sums, truth):
+    """The int32 running sum started from 0: interpret mode fills a fresh int32 buffer with
+    2147483647 (integers have no NaN), so sums that never started from 0 sit near +-2^31,
+    whatever the products (and whatever earlier tiles left in the scratch) added to it.
+    ``sums``: the kernel's sums, unscaled; ``truth``: the exact sums (far below 2^30)."""
+    sums = np.asarray(sums, np.float64)
+    if sums.shape != truth.shape or np.abs(truth).max() >= 2 ** 29:
+        return
+    near = np.abs(sums) > 2 ** 30
+    if near.mean() > 0.5:
+        fail("scratch_not_zeroed", (
+            "your sums sit near +-2147483647: interpret mode fills a fresh int32 buffer with "
+            "2147483647, the largest int32 (integers have no NaN), and the int32 scratch was "
+            "never zeroed, so every sum started there and wrapped around. Zero it at the "
+            "first k step of every tile: @pl.when(k == 0), acc_ref[...] = "
+            "jnp.zeros_like(acc_ref)."),
+            [("sums", f"{int(near.sum())} of {near.size} beyond 2^30 in magnitude, the exact "
+                      f"ones at most {int(np.abs(truth).max()):,}")])
+
+
 def k_products(a, b, bk):
     """The int64 product of each K block, in the order a kernel adds them."""
     return [exact(a[:, k:k + bk], b[k:k + bk]) for k in range(0, a.shape[1], bk)]
@@ -102,6 +123,23 @@ def check_int32_accumulator(ran, scales=()):
                 "sum of int8 products belongs in int32 (the MXU's int8 products arrive as "
                 "int32 with preferred_element_type=jnp.int32), exact at any K, and a float "
                 "only after the last k step."), state)
+
+
+def check_k_padded(ran, operands):
+    """Every block along K lies inside its array: K padded with zeros to whole blocks.
+    ``operands``: (argument, its K dim, what to pad). A last block that hangs past the end
+    of K holds garbage, which reaches every output (int8 has no NaN to show it)."""
+    for array, dim, what in operands:
+        for block in ran.blocks_from(array):
+            size, length = block.block_shape[dim], block.array_shape[dim]
+            if size and size < length and length % size:
+                fail("k_not_padded", (
+                    f"{what} are not padded: the last K block ({size} wide) hangs past the end "
+                    f"of K ({length}) and holds garbage that reaches every output. Pad both "
+                    "operands with zeros up to a multiple of bk (jnp.pad) before the call, and "
+                    "let the grid cover the padded K."),
+                    [("block", f"{block.name}: {size} along K, an array of {length} "
+                               f"({length % size} left over)")])
 
 
 def check_stored_width(ran, array, reads, what):
@@ -141,6 +179,114 @@ def tiled(M, K, N, bm, bk, bn, blocks, outside=("pad",)):
     whole blocks), with these block shapes; nothing but `outside` around it."""
     return Structure(inside={"dot_general"}, outside=frozenset(outside),
                      grid=(cdiv(M, bm), cdiv(N, bn), cdiv(K, bk)), blocks=blocks)
+
+
+# --- what the kernels do, read from their traced programs ---------------------------
+
+def kernel_eqns(jaxpr, *, into_when=True):
+    """Every equation of a kernel's jaxpr and of the jaxprs inside it (loops, the jits
+    of jnp functions; the branches of pl.when unless ``into_when`` is False)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        if eqn.primitive.name == "cond" and not into_when:
+            continue
+        for inner, _ in jaxcompat.sub_jaxprs(eqn):
+            yield from kernel_eqns(jaxcompat.open_jaxpr(inner)[0], into_when=into_when)
+
+
+def kernels(ran):
+    """(site, kernel jaxpr) of every pallas_call the program ran."""
+    return [(site, jaxcompat.open_jaxpr(site.call.kernel)[0]) for site in ran.program.sites]
+
+
+def learner_line(eqn):
+    """[("at", "exercises/quant.py:123")]: the chapter line that made ``eqn``, if known."""
+    for path, line in jaxcompat.frames(eqn):
+        path = path.replace("\\", "/")
+        if "/jax/" not in path and "pytest_pallas_hints" not in path \
+                and not path.endswith("test_quant.py") and "/python3." not in path:
+            return [("at", f"{'/'.join(path.split('/')[-2:])}:{line}")]
+    return []
+
+
+def narrow_float(dtype):
+    dtype = np.dtype(dtype)
+    return bool(jax.numpy.issubdtype(dtype, jax.numpy.floating)) and dtype.itemsize < 4
+
+
+def operands_of(ran, array):
+    """The kernel operands (site, operand number) whose value comes from ``array``, one of
+    the arguments ``ran`` was measured with (found by identity, not by position)."""
+    positions = {n for n, leaf in enumerate(jax.tree_util.tree_leaves(ran.args))
+                 if leaf is array}
+    return [(site, n) for site in ran.program.sites
+            for n, inputs in enumerate(site.inputs) if inputs & positions]
+
+
+def check_dot_in_x_dtype(ran, x, what):
+    """Every dot multiplies two operands of x's dtype: the MXU takes one type, and a float32
+    operand beside a bf16 x makes jnp.dot promote x to float32 too, several times slower
+    on the MXU. ``what``: the weights' block, as the stub names it."""
+    want = np.dtype(x.dtype)
+    for site, jaxpr in kernels(ran):
+        for eqn in kernel_eqns(jaxpr):
+            if eqn.primitive.name != "dot_general":
+                continue
+            got = [np.dtype(v.aval.dtype) for v in eqn.invars[:2]]
+            if any(g != want for g in got):
+                fail("dot_dtype", (
+                    f"the dot multiplies {got[0].name} by {got[1].name} where x is {want.name}: "
+                    f"the MXU takes two operands of one type, x's. Cast {what} to x's dtype "
+                    "in VMEM, .astype(x.dtype), right before the dot: with a float32 operand "
+                    "beside a bf16 x the dot runs in float32, and float32 products take the "
+                    "MXU several passes each."),
+                    [("dot", f"{site.call.name}(): {got[0].name} x {got[1].name}, x is "
+                             f"{want.name}")] + learner_line(eqn))
+
+
+def check_taps_in_float32(ran):
+    """The taps of a convolution are summed in float32: no einsum returns, and no
+    addition sums, a float narrower than 32 bits."""
+    for site, jaxpr in kernels(ran):
+        for eqn in kernel_eqns(jaxpr):
+            name = eqn.primitive.name
+            if name not in ("dot_general", "add", "add_any") or \
+                    not narrow_float(eqn.outvars[0].aval.dtype):
+                continue
+            dtype = np.dtype(eqn.outvars[0].aval.dtype).name
+            what = (f"an einsum returns {dtype}, its sum over C rounded" if name == "dot_general"
+                    else f"the taps are added in {dtype}, the running sum rounded")
+            fail("taps_narrow", (
+                f"{what} to {dtype}'s 8 significant bits: every tap's rounding adds up over "
+                "KH * KW taps. Ask each einsum for float32 sums, preferred_element_type="
+                "jnp.float32, keep the sum of the taps in float32, acc = jnp.zeros(o_ref.shape, "
+                "jnp.float32), and cast once, at the store."),
+                [("sum", f"{site.call.name}(): {name} in {dtype}")] + learner_line(eqn))
+
+
+def check_scales_at_the_last_step(ran, scales):
+    """The scales (arguments) are multiplied in only under a pl.when, not at every k step:
+    a multiply that reads a value from them at the kernel's top level runs at every step."""
+    for site, jaxpr in kernels(ran):
+        tainted = {jaxpr.invars[n] for s, n in
+                   (pair for array in scales for pair in operands_of(ran, array)) if s is site}
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "cond":
+                continue
+            if not any(v in tainted for v in eqn.invars if not jaxcompat.is_literal(v)):
+                continue
+            inner = [e.primitive.name for sub, _ in jaxcompat.sub_jaxprs(eqn)
+                     for e in kernel_eqns(jaxcompat.open_jaxpr(sub)[0])]
+            if eqn.primitive.name == "mul" or "mul" in inner:
+                fail("scales_every_step", (
+                    "the scales are multiplied in at every k step, outside the pl.when of "
+                    "the last one: the int32 sum is finished only at the last k step, so "
+                    "each earlier product by the scales is bm * bn multiplies thrown away "
+                    "(and a store each). Multiply by a_scale * b_scale and store inside "
+                    "@pl.when(k == pl.num_programs(2) - 1), once per tile."),
+                    [("scaled", f"{site.call.name}(): a multiply by the scales outside "
+                                "every pl.when")] + learner_line(eqn))
+            tainted.update(eqn.outvars)
 
 
 # 1 -------------------------------------------------------------------------------
@@ -204,7 +350,9 @@ def test_quantize(R, C, block_rows, dtype, rng):
         "scale_inverted": lambda: np.where(amax > 0, 127 / np.where(amax > 0, amax, 1),
                                            1).astype(np.float32),
         "scale_not_divided": lambda: np.where(amax > 0, amax, 1).astype(np.float32),
-        "scale_per_block": lambda: per_block_scale(amax, block_rows, scale)})
+        "scale_per_block": lambda: per_block_scale(amax, block_rows, scale),
+        "scale_in_bf16": lambda: np.where(amax > 0, amax / np.float32(127), 1).astype(
+            x.dtype).astype(np.float32)})
     # A ratio within 1e-4 of a tie (k + 0.5) may round either way in float32.
     q = np.asarray(q)
     if q.shape == expected_q.shape:
@@ -239,6 +387,7 @@ def test_int8_dot(M, K, N, bm, bk, bn, rng):
                   structure=tiled(M, K, N, bm, bk, bn, {0: (bm, bk), 1: (bk, bn)}, outside=()))
     check_int32_accumulator(ran)
     truth = exact(a, b)
+    check_int32_zeroed(ran.output, truth)
     check(ran, truth.astype(np.int32), blocks=(bm, bn), axes="i j", likely={
         "int8_products": lambda: np.sum([wrap8(p) for p in k_products(a, b, bk)],
                                         axis=0).astype(np.int32),
@@ -278,9 +427,13 @@ def test_dequant(M, K, N, bm, rng):
                   structure=tiled(M, K, N, bm, bk, bn,
                                   {0: (bm, bk), 1: (bm, 1), 2: (bk, bn), 3: (1, bn)}))
     check_int32_accumulator(ran, scales=(a_scale, b_scale))
+    check_scales_at_the_last_step(ran, (a_scale, b_scale))
+    check_k_padded(ran, [(a, 1, "a_q's columns"), (b, 0, "b_q's rows")])
     truth = exact(a, b).astype(np.float64)
     rows, cols = a_scale.astype(np.float64), b_scale.astype(np.float64)
     whole = K // bk * bk
+    if np.shape(ran.output) == truth.shape:
+        check_int32_zeroed(np.asarray(ran.output, np.float64) / (rows * cols), truth)
 
     def b_scale_follows_rows():   # tile (i, j) took the b_scale block of its row block i
         i, j = np.arange(M)[:, None] // bm, np.arange(N)[None, :] % bn
@@ -328,23 +481,38 @@ def test_dequant_checks_its_arguments(bad, rng):
 
 def raises_naming(bad, called, fn, *args, **static):
     """Passes if fn(*args) raises a ValueError whose message names ``bad``."""
+    wanted = ("expected", f'a ValueError whose message contains "{bad}"')
     try:
         jax.eval_shape(functools.partial(fn, **static), *args)
     except ValueError as error:
         if bad not in str(error):
-            fail("argument_check", f"{called} raised a ValueError that does not name "
-                 f"{bad}: say which argument is wrong.", [("called", called),
-                                                         ("raised", str(error)[:200])])
+            fail("argument_check", f'{called} raised a ValueError whose message does not '
+                 f'contain "{bad}": say which argument is wrong, by its name.',
+                 [("called", called), ("raised", str(error)[:200]), wanted])
         return
     except NotImplementedError:
         raise
     except Exception as error:
         fail("argument_check", f"{called} should raise a ValueError that names {bad} before "
-             "any kernel is built; it failed later, inside JAX.",
+             "any kernel is built; it failed later, with another error.",
              [("called", called),
-              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"),
+              wanted] + chapter_line_of(error))
     fail("argument_check", f"{called} should raise a ValueError that names {bad}; it raised "
-         "nothing.", [("called", called), ("raised", "nothing")])
+         "nothing.", [("called", called), ("raised", "nothing"), wanted])
+
+
+def chapter_line_of(error):
+    """[("at", "exercises/quant.py:123   code")]: the innermost line of the chapter's own
+    file (or a known mistake) in the error's traceback, if any."""
+    import traceback
+
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        path = frame.filename.replace("\\", "/")
+        if path.endswith(("exercises/quant.py", "reference/quant.py")) or "/mistakes/" in path:
+            return [("at", f"{'/'.join(path.split('/')[-2:])}:{frame.lineno}   "
+                           f"{(frame.line or '').strip()}")]
+    return []
 
 
 # 4 -------------------------------------------------------------------------------
@@ -384,6 +552,8 @@ def test_weight_only(M, K, N, bm, bk, dtype, rng):
     bm, bk, bn = min(bm, M), min(bk, K), min(128, N)
     ran = measure(quant.int8_weight_matmul, x, w, w_scale, bm=bm, bk=bk,
                   structure=tiled(M, K, N, bm, bk, bn, {0: (bm, bk), 1: (bk, bn), 2: (1, bn)}))
+    check_dot_in_x_dtype(ran, x, "the int8 block")
+    check_k_padded(ran, [(x, 1, "x's columns"), (w, 0, "w_q's rows")])
     x64, w64, s64 = (np.asarray(v, np.float64) for v in (x, w, w_scale))
     whole = K // bk * bk
     out = x.dtype
@@ -402,6 +572,27 @@ def test_weight_only(M, K, N, bm, bk, dtype, rng):
                                              b_item=1, out_item=x.itemsize, col_bytes=4),
                   minimum=(M * K + M * N) * x.itemsize + K * N + 4 * N)
     lowers_for_tpu(ran)
+
+
+@puzzle("quant.weight_only")
+@pytest.mark.parametrize("bad", [
+    pytest.param("w_q", id="w_q of float32"),
+    pytest.param("w_scale", id="w_scale of shape [N, 1]"),
+    pytest.param("bm", id="bm=8 (not a multiple of 16)"),
+])
+def test_weight_only_checks_its_arguments(bad, rng):
+    """Arguments of the wrong dtype or shape fail up front, with a ValueError naming them."""
+    x, w = rng.normal((16, 128), "float32"), int8s(rng, (128, 128))
+    w_scale, bm = scales(rng, (1, 128)), 16
+    if bad == "w_q":
+        w = w.astype(np.float32)
+    elif bad == "w_scale":
+        w_scale = w_scale.T
+    else:
+        bm = 8
+    called = (f"int8_weight_matmul(x {x.shape} {x.dtype}, w_q {w.shape} {w.dtype}, "
+              f"w_scale {w_scale.shape}, bm={bm})")
+    raises_naming(bad, called, quant.int8_weight_matmul, x, w, w_scale, bm=bm)
 
 
 def summed_in_bf16(x, w, scale, bk, dtype):
@@ -458,6 +649,7 @@ def test_int4(M, K, N, group_size, bm, dtype, rng):
                   bm=bm, structure=Structure(
                       inside={"dot_general"}, grid=(cdiv(M, bm), cdiv(N, bn), groups),
                       blocks={0: (bm, group_size), 1: (group_size // 2, bn)}))
+    check_dot_in_x_dtype(ran, x, "the unpacked group, w_ref[...],")
     x64, out = np.asarray(x, np.float64), x.dtype
 
     def with_weights(u=u, s=group_scales, z=zeros, after_scale=False):
@@ -467,6 +659,16 @@ def test_int4(M, K, N, group_size, bm, dtype, rng):
             w = dequantized(u, s, z, group_size)
         return lambda: (x64 @ w).astype(out)
 
+    def as_the_kernel_computes(u):   # (u - zero) * scale in float32, cast to x's dtype
+        s32 = np.repeat(np.asarray(group_scales, np.float32), group_size, axis=0)
+        z32 = np.repeat(np.asarray(zeros, np.float32), group_size, axis=0)
+        w = ((u.astype(np.float32) - z32) * s32).astype(out).astype(np.float64)
+        return lambda: (x64 @ w).astype(out)
+
+    unmasked = u.copy()   # the high nibble shifted in int32 and not masked: a byte >= 0x80
+    unmasked[1::2] = (packed.astype(np.int64) % 2 ** 32) >> 4   # keeps its 1s, near 2^28
+    halves = np.concatenate([u.reshape(groups, group_size // 2, 2, N)[:, :, p]   # low nibbles
+                             for p in (0, 1)], axis=1).reshape(K, N)   # first, then high
     swapped = u.reshape(K // 2, 2, N)[:, ::-1].reshape(K, N)
     signed_high = u.copy()
     signed_high[1::2] = np.where(u[1::2] >= 8, u[1::2] - 16, u[1::2])
@@ -477,6 +679,8 @@ def test_int4(M, K, N, group_size, bm, dtype, rng):
               "zero_point_forgotten": with_weights(z=0 * zeros),
               "zero_point_after_scale": with_weights(after_scale=True),
               "high_nibble_signed": with_weights(u=signed_high),
+              "high_nibble_unmasked": as_the_kernel_computes(unmasked),
+              "halves_not_interleaved": with_weights(u=halves),
               "first_group_scales": with_weights(s=first[0], z=first[1])})
     if is_tpu_size(M, K, N):
         return
@@ -493,6 +697,31 @@ def test_int4(M, K, N, group_size, bm, dtype, rng):
     lowers_for_tpu(ran)
 
 
+@puzzle("quant.int4")
+@pytest.mark.parametrize("bad", [
+    pytest.param("w_packed", id="w_packed of K rows, not K // 2"),
+    pytest.param("group_size", id="group_size=96 (does not divide K=256)"),
+    pytest.param("zeros", id="zeros of shape [N]"),
+])
+def test_int4_checks_its_arguments(bad, rng):
+    """Arguments of the wrong dtype or shape fail up front, with a ValueError naming them."""
+    K, N = 256, 128
+    x = rng.normal((16, K), "float32")
+    packed = pack(rng.integers((K, N), 0, 16, dtype="int64"))
+    group_scales = rng.uniform((2, N), 0.005, 0.05)
+    zeros, group_size = rng.uniform((2, N), 0.0, 15.0), 128
+    if bad == "w_packed":
+        packed = np.concatenate([packed, packed])
+    elif bad == "group_size":
+        group_size = 96
+    else:
+        zeros = zeros[0]
+    called = (f"int4_matmul(x {x.shape}, w_packed {packed.shape}, scales "
+              f"{group_scales.shape}, zeros {zeros.shape}, group_size={group_size})")
+    raises_naming(bad, called, quant.int4_matmul, x, packed, group_scales, zeros,
+                  group_size=group_size)
+
+
 # 6 -------------------------------------------------------------------------------
 def same(size, k, stride):
     """(output size, padding before) of SAME padding, as XLA computes it."""
@@ -500,9 +729,11 @@ def same(size, k, stride):
     return out, max((out - 1) * stride + k - size, 0) // 2
 
 
-def conv(x, w, stride=1, *, before=None, flip=False):
+def conv(x, w, stride=1, *, before=None, flip=False, rows=None, cols=None):
     """The NHWC convolution (cross-correlation, as lax.conv_general_dilated) in float64,
-    SAME padding; ``before``: another padding before the image (a known wrong answer)."""
+    SAME padding; ``before``: another padding before the image; ``rows``, ``cols``: the
+    padded row (column) where each output row's (column's) first tap reads, where they are
+    not o * stride (known wrong answers)."""
     x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
     if flip:
         w = w[::-1, ::-1]
@@ -513,11 +744,12 @@ def conv(x, w, stride=1, *, before=None, flip=False):
         top, left = before
     xp = np.pad(x, ((0, 0), (top, (Ho - 1) * stride + KH), (left, (Wo - 1) * stride + KW),
                     (0, 0)))
+    rows = np.arange(Ho) * stride if rows is None else np.asarray(rows)
+    cols = np.arange(Wo) * stride if cols is None else np.asarray(cols)
     out = np.zeros((B, Ho, Wo, F))
     for kh in range(KH):
         for kw in range(KW):
-            patch = xp[:, kh:kh + (Ho - 1) * stride + 1:stride,
-                       kw:kw + (Wo - 1) * stride + 1:stride]
+            patch = xp[:, rows + kh][:, :, cols + kw]
             out += np.einsum("bhwc,cf->bhwf", patch, w[kh, kw])
     return out
 
@@ -566,32 +798,42 @@ CONV = Structure(inside={"dot_general"}, outside={"pad"})
 
 
 @puzzle("quant.halo")
-@pytest.mark.parametrize("B, H, W, C, F, KH, KW, block_h", [
-    pytest.param(2, 9, 7, 4, 8, 3, 3, 4,
+@pytest.mark.parametrize("B, H, W, C, F, KH, KW, block_h, dtype", [
+    pytest.param(2, 9, 7, 4, 8, 3, 3, 4, "float32",
                  id="B=2 H=9 W=7 C=4 F=8 3x3 block_h=4 (odd sizes, a partial tile)"),
-    pytest.param(1, 16, 8, 8, 16, 5, 1, 4,
+    pytest.param(1, 16, 8, 8, 16, 5, 1, 4, "float32",
                  id="B=1 H=16 W=8 C=8 F=16 5x1 block_h=4 (a filter one column wide)"),
-    pytest.param(8, 56, 56, 128, 128, 3, 3, 8, id="B=8 H=W=56 C=F=128 3x3 block_h=8-tpu",
-                 marks=on_tpu),
+    pytest.param(1, 8, 8, 16, 16, 3, 3, 8, "bfloat16",
+                 id="B=1 H=W=8 C=F=16 3x3 block_h=8 bf16 (one tile, exact)"),
+    pytest.param(8, 56, 56, 128, 128, 3, 3, 8, "bfloat16",
+                 id="B=8 H=W=56 C=F=128 3x3 block_h=8 bf16-tpu", marks=on_tpu),
 ])
-def test_halo(B, H, W, C, F, KH, KW, block_h, rng):
-    """SAME convolution, stride 1: right values, one dot per tap over each tile, each input
-    row read a bounded number of times, a window of rows in VMEM."""
-    x, w = rng.normal((B, H, W, C)), rng.normal((KH, KW, C, F))
+def test_halo(B, H, W, C, F, KH, KW, block_h, dtype, rng):
+    """SAME convolution, stride 1: right values, the taps summed in float32, one dot per tap
+    over each tile, each input row read a bounded number of times, a window of rows in VMEM.
+
+    In bf16, x and w hold small integers: every sum is exact in float32, so only taps
+    summed in float32 and rounded once, at the store, match NumPy to the last bit."""
+    if dtype == "bfloat16":
+        x, w = small_ints(rng, (B, H, W, C), dtype), small_ints(rng, (KH, KW, C, F), dtype)
+    else:
+        x, w = rng.normal((B, H, W, C)), rng.normal((KH, KW, C, F))
     Ho, Wo, tiles, window, Hp, Wp = conv_geometry(H, W, KH, KW, 1, block_h)
     ran = measure(quant.conv2d_rows, x, w, block_h=block_h, structure=CONV.where(
         grid=(B, tiles)))
+    check_taps_in_float32(ran)
     def window_by_blocks():   # window i starts at padded row i, not i * block_h: output
         rows = np.arange(H)   # row i * block_h + r is the right output row i + r
-        return conv(x, w)[:, rows // block_h + rows % block_h].astype(np.float32)
+        return conv(x, w)[:, rows // block_h + rows % block_h].astype(out)
 
     def image_0_only():       # every window taken from the first image
-        return np.broadcast_to(conv(x[:1], w), (B, H, W, F)).astype(np.float32)
+        return np.broadcast_to(conv(x[:1], w), (B, H, W, F)).astype(out)
 
-    check(ran, conv(x, w).astype(np.float32), blocks=(1, block_h, None, None),
-          axes="B H W F", tolerance=1e-4, likely={
-              "kernel_flipped": lambda: conv(x, w, flip=True).astype(np.float32),
-              "padded_after_only": lambda: conv(x, w, before=(0, 0)).astype(np.float32),
+    out = x.dtype
+    check(ran, conv(x, w).astype(out), blocks=(1, block_h, None, None),
+          axes="B H W F", tolerance=EXACT if dtype == "bfloat16" else 1e-4, likely={
+              "kernel_flipped": lambda: conv(x, w, flip=True).astype(out),
+              "padded_after_only": lambda: conv(x, w, before=(0, 0)).astype(out),
               "window_by_blocks": window_by_blocks,
               "image_0_only": image_0_only})
     if is_tpu_size(B, H, W, C):
@@ -600,9 +842,10 @@ def test_halo(B, H, W, C, F, KH, KW, block_h, rng):
     check_window_in_vmem(ran, x, w, ran.output, KH, block_h, F, 1, Wp)
     check_work(ran, flops=2 * B * tiles * block_h * W * C * F * KH * KW)
     item = x.itemsize
-    check_traffic(ran, reference=item * (B * tiles * window * Wp * C + KH * KW * C * F
-                                         + B * H * W * F),
-                  minimum=item * (x.size + w.size + B * H * W * F))
+    windows = item * B * tiles * window * Wp * C     # one window of rows per tile
+    check_traffic(ran, reference=windows + item * (w.size + B * H * W * F),
+                  minimum=item * (x.size + w.size + B * H * W * F),
+                  shares=[(x, windows), (w, item * w.size)])
     lowers_for_tpu(ran)
 
 
@@ -628,6 +871,7 @@ def test_strided(B, H, W, C, F, KH, stride, block_h, block_f, rng):
     ran = measure(quant.conv2d, x, w, stride=stride, block_h=block_h, block_f=block_f,
                   structure=CONV.where(grid=(B, tiles, cdiv(F, bf))))
     half = (KH - 1) // 2
+    tile, r = np.arange(Ho) // block_h, np.arange(Ho) % block_h   # output row = tile, row in it
 
     def first_block_weights():   # every channel block computed with w[..., :bf]
         return conv(x, np.tile(w[..., :bf], (1, 1, 1, cdiv(F, bf)))[..., :F], stride).astype(
@@ -638,17 +882,23 @@ def test_strided(B, H, W, C, F, KH, stride, block_h, block_f, rng):
               "padding_symmetric": lambda: conv(x, w, stride, before=(half, half)).astype(
                   np.float32),
               "padded_after_only": lambda: conv(x, w, stride, before=(0, 0)).astype(np.float32),
-              "first_block_weights": first_block_weights})
+              "first_block_weights": first_block_weights,
+              "window_start_without_stride": lambda: conv(   # tile i's window at row i * block_h
+                  x, w, stride, rows=tile * block_h + r * stride).astype(np.float32),
+              "patches_at_stride_1": lambda: conv(           # stride not bound in the kernel
+                  x, w, stride, rows=tile * block_h * stride + r,
+                  cols=np.arange(Wo)).astype(np.float32)})
     if is_tpu_size(B, H, W, C):
         return
     check_rows_read(ran, x, KH, block_h, Hp, Wp)
     check_window_in_vmem(ran, x, w, ran.output, KH, block_h, bf, stride, Wp)
     check_work(ran, flops=2 * B * tiles * block_h * Wo * C * cdiv(F, bf) * bf * KH * KH)
     item = x.itemsize
-    w_reads = 1 if bf >= F else B * tiles
-    check_traffic(ran, reference=item * (B * tiles * window * Wp * C
-                                         + w_reads * KH * KH * C * F + B * Ho * Wo * F),
-                  minimum=item * (x.size + w.size + B * Ho * Wo * F))
+    w_reads = 1 if bf >= F else B * tiles            # the filter's blocks, once per tile
+    windows = item * B * tiles * window * Wp * C     # one window of rows per tile
+    check_traffic(ran, reference=windows + item * (w_reads * w.size + B * Ho * Wo * F),
+                  minimum=item * (x.size + w.size + B * Ho * Wo * F),
+                  shares=[(x, windows), (w, item * w_reads * w.size)])
     lowers_for_tpu(ran)
 
 

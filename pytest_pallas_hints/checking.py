@@ -830,9 +830,10 @@ class TooMuchTraffic(AssertionError):
     than the inputs its result depends on."""
 
     def __init__(self, yours, reference: int, minimum: int | None, outside: int | None = None,
-                 too_little: bool = False):
+                 too_little: bool = False, over_share=None):
         self.yours, self.reference, self.minimum, self.outside = yours, reference, minimum, outside
         self.too_little = too_little
+        self.over_share = over_share   # (operand name, kernel, bytes read, its share, copies)
         super().__init__(f"bytes moved: yours {yours.total} (+ {yours.outside} outside "
                          f"kernels), reference {reference}, minimum {minimum}")
 
@@ -865,6 +866,17 @@ class TooMuchTraffic(AssertionError):
                 f"{k} {v}" for k, v in zip(per_kernel, mib(*per_kernel.values())))))
         worst = max(self.yours.operands, key=lambda o: o.bytes / max(o.array_bytes, 1))
         times = worst.bytes / max(worst.array_bytes, 1)
+        if self.over_share is not None:
+            name, kernel, moved, share, copies = self.over_share
+            shown = mib(moved, share)
+            facts.append(("most", f"{name} in {kernel}: read {shown[0]} in {copies} copies, "
+                                  f"{shown[1]} expected"))
+            return [diagnose.Finding("traffic", (
+                f"{name} moves {moved / share:.3g} times the bytes it needs: its blocks are "
+                "bigger than the work needs, or fetched more often (a block is fetched "
+                "again whenever its index map returns another block than at the step "
+                "before). Check its block shape and its index map."),
+                facts=facts, detail=name)]
         if times > 1.01:
             facts.append(("most", f"{worst.name} in {worst.kernel}: {worst.direction} "
                                   f"{mib(worst.bytes)} in {worst.copies} copies, "
@@ -880,20 +892,41 @@ class TooMuchTraffic(AssertionError):
 
 
 def check_traffic(measured, *, reference: int, minimum: int | None = None,
-                  outside: int | None = None) -> None:
+                  outside: int | None = None, shares=()) -> None:
     """Passes if the kernels moved between ``minimum`` and ``reference`` bytes.
 
     reference: the bytes a good solution's kernels move (computed by hand in the test);
     minimum:   the bytes the result depends on (each needed input block read once,
                each output written once): moving fewer means inputs were ignored;
     outside:   if given, the most bytes JAX ops outside the kernels may move (0: all
-               the work must happen in kernels).
+               the work must happen in kernels);
+    shares:    (argument, bytes) pairs: what a good solution reads from each of these
+               arguments (the parts of ``reference``). Over budget, the diagnosis names
+               the argument read furthest past its share, not the operand copied most
+               times its size (which a good solution may do by design: a filter block
+               fetched once per tile).
     """
     yours = measured.traffic if isinstance(measured, Measured) else measured
     if yours.total > reference or (outside is not None and yours.outside > outside):
-        raise TooMuchTraffic(yours, reference, minimum, outside)
+        over = _over_share(measured, shares) if isinstance(measured, Measured) else None
+        raise TooMuchTraffic(yours, reference, minimum, outside, over_share=over)
     if minimum is not None and yours.total < minimum:
         raise TooMuchTraffic(yours, reference, minimum, outside, too_little=True)
+
+
+def _over_share(measured: "Measured", shares):
+    """(operand name, kernel, bytes read, share, copies) of the argument read furthest
+    past its share, or None when none is read past it."""
+    worst = None
+    for array, share in shares:
+        moved = measured.bytes_from(array, "read")
+        if moved > share * 1.001 and (worst is None or moved / share > worst[2] / worst[3]):
+            mine = {(site.index, n) for site, n in measured._operands_from(array)}
+            ops = [op for op in measured.traffic.operands
+                   if (op.site, op.operand) in mine and op.direction == "read"]
+            if ops:
+                worst = (ops[0].name, ops[0].kernel, moved, share, sum(o.copies for o in ops))
+    return worst
 
 
 def _biggest(ops, mib, shown: int = 3) -> str:

@@ -728,7 +728,12 @@ def _out_of_bounds(block: str, name: str, step: str, rest: str = "") -> str:
     at = [int(n) for n in re.findall(r"-?\d+", step)]
     windows = re.findall(r"slice\((-?\d+), (-?\d+)", rest)
     sizes = [int(stop) - int(start) for start, stop in windows]
+    starts = [int(start) for start, _ in windows]
     shape = re.search(r"has shape (\([^)]*\))", rest)
+    if shape and len(starts) == len(wanted):
+        element = _element_windows_past(name, step, wanted, starts, sizes, shape[1])
+        if element:
+            return element
     if len(at) >= 2 and wanted[:len(at)] == at[::-1]:
         return said + ("That is the grid step reversed: does the index map return (j, i) "
                        "where the grid runs over (i, j)?")
@@ -747,6 +752,27 @@ def _out_of_bounds(block: str, name: str, step: str, rest: str = "") -> str:
                            "blocks - 1 along each dim. Either the index map asks for the "
                            "wrong block, or the array is smaller than the grid walks (for an "
                            "output: out_shape).")
+
+
+def _element_windows_past(name: str, step: str, wanted: list[int], starts: list[int],
+                          sizes: list[int], shape: str) -> str | None:
+    """The words for an index map whose pl.Element dims put a window past the array, or
+    None. A window starts at the index map's own number along an Element dim (an element
+    offset), at that number times the block size along a blocked one: a dim of more than
+    one element whose window starts at the number itself, not at 0, is an Element dim."""
+    dims = [int(n) for n in re.findall(r"\d+", shape)]
+    element = [d for d, (w, s, n) in enumerate(zip(wanted, starts, sizes))
+               if w == s and w != 0 and n > 1]
+    past = [d for d in element if starts[d] + sizes[d] > dims[d] or starts[d] < 0]
+    if not past or len(dims) != len(wanted):
+        return None
+    ends = "; ".join(f"along dim {d} the window at offset {starts[d]} of {sizes[d]} elements "
+                     f"ends at {starts[d] + sizes[d]}, past the array's end" for d in past)
+    return (f"at grid step {step}, the index map of {name} returns the element offsets "
+            f"{tuple(wanted)} (pl.Element dims: where the window starts, not a block index), "
+            f"and the window there reaches past the array: {ends}. Either the offset is too "
+            "far (a window starts at the element where its tile begins), or the array is "
+            "shorter than the windows need: pad it so that the last window fits.")
 
 
 def _revisited(output: str, step: str, before: str | None = None, kernels=()) -> str:
@@ -909,7 +935,13 @@ _ERRORS = [
      "you stored a value of shape {1} into a ref of shape {0}: a store must match the "
      "ref's shape. Compare the two: a reduction without keepdims=True, a block with a "
      "dim of size 1 that its BlockSpec should squeeze (None), a scratch or out_shape of "
-     "another shape, or a slice of the wrong size?"),
+     "another shape, this output's BlockSpec block shape (out_specs), or a slice of the "
+     "wrong size?"),
+    (r"lax\.(shift_\w+) requires arguments to have the same dtypes, got (\w+), (\w+)",
+     "shift_dtypes",
+     "lax.{0} takes two operands of one dtype, and got {1} and {2} (a Python int count "
+     "such as 4 is an int32): cast the value to the count's dtype first, "
+     "v.astype(jnp.{2}), or give the count the value's dtype."),
     (r"Invalid dtype for `swap`\. Ref dtype: (\w+)\. Value dtype: (\w+)", "store_dtype",
      "you stored a {1} value into a {0} ref: cast it first, value.astype(o_ref.dtype)."),
     (r"Out-of-bounds block index (\([^)]*\)) for (?:input|output) \"(\w+)\" in iteration "

@@ -314,6 +314,38 @@ def test_out_of_bounds_guesses_why_from_the_numbers(block, step, window, says):
         assert "element offset" not in found
 
 
+def test_out_of_bounds_of_an_element_window_speaks_of_offsets():
+    """A pl.Element dim's index map returns an element offset (the window starts at the
+    number itself, not at number x block size): a window past the array's end is told in
+    offsets and rows, never as a block index out of a count of blocks."""
+    error = RuntimeError('IndexError: Out-of-bounds block index (19, 0, 0) for input "x_ref" '
+                         'in iteration (1, 2) on device 0 (core 0): reading [(slice(19, 25, '
+                         '1), slice(0, 9, 1), slice(0, 4, 1))] but input has shape (24, 9, 4).')
+    found = explain(error, [], ROOT).says
+    assert "element offsets (19, 0, 0)" in found
+    assert "the window at offset 19 of 6 elements ends at 25, past the array's end" in found
+    assert "block indices, from 0" not in found and "blocks (0 to" not in found
+
+
+def test_a_shift_of_two_dtypes_says_to_cast_the_value():
+    error = TypeError("lax.shift_right_logical requires arguments to have the same dtypes, "
+                      "got int8, int32. (Tip: jnp.right_shift is a similar function that "
+                      "does automatic type promotion on inputs).")
+    finding = explain(error, [], ROOT)
+    assert finding.kind == "shift_dtypes"
+    assert "got int8 and int32" in finding.says and "v.astype(jnp.int32)" in finding.says
+
+
+def test_a_store_of_another_shape_names_the_output_blockspec_among_the_causes():
+    """A (16, 1) scale stored into a (16, 256) output block: the output's BlockSpec gave
+    the ref its shape, so it is among the things to compare."""
+    error = ValueError("Invalid shape for `swap`. Ref shape: (16, 256). Expected shape: "
+                       "(16, 256). Value shape: (16, 1). Transforms: ().")
+    finding = explain(error, [], ROOT)
+    assert finding.kind == "store_shape"
+    assert "this output's BlockSpec block shape (out_specs)" in finding.says
+
+
 def test_a_kernel_that_returns_its_result_is_pointed_at():
     error = ValueError("The kernel function in the pallas_call add_one_kernel at "
                        "/kit/exercises/basics.py:35 should return None. It returns a PyTree")

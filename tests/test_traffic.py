@@ -162,6 +162,24 @@ def test_check_traffic_names_the_operand_that_moved_too_much():
     assert "b_ref in matmul_kernel: read" in facts["most"] and "8 × its size" in facts["most"]
 
 
+def test_check_traffic_with_shares_names_the_operand_past_its_share():
+    """b is fetched once per row block by design (8 × its size, its share); a, once per
+    column block, is read 3 × its share (a good solution here takes all of N at once):
+    the diagnosis names a, not b, which moves most times its size."""
+    from pytest_pallas_hints.checking import measure
+
+    M, K, N = 64, 256, 384
+    a, b = np.ones((M, K), np.float32), np.ones((K, N), np.float32)
+    ran = measure(matmul, a, b, bm=8, bk=128, bn=128, structure=None)
+    shares = [(a, M * K * F32), (b, 8 * K * N * F32)]
+    with pytest.raises(TooMuchTraffic) as info:
+        check_traffic(ran, reference=(M * K + 8 * K * N + M * N) * F32, shares=shares)
+    (finding,) = info.value.findings()
+    assert finding.says.startswith("a_ref moves 3 times the bytes it needs")
+    assert finding.detail == "a_ref"
+    assert dict(finding.facts)["most"].startswith("a_ref in matmul_kernel: read 192 KiB")
+
+
 def test_check_traffic_passes_within_the_reference():
     x, b = np.ones((16, 128), np.float32), np.ones((1, 128), np.float32)
     check_traffic(moved_bytes(add_bias, x, b, bm=8), reference=(2 * 16 * 128 + 128) * F32)

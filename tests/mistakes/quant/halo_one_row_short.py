@@ -1,7 +1,7 @@
 """quant.halo: the window is block_h + KH - 2 rows, one short of the halo: the last tap
 reads one row past the window's end."""
 PUZZLE = "quant.halo"
-EXPECT = "the halo is one row short?"
+EXPECT = "a halo of KH - 1 after them"
 
 
 def conv2d_rows(x, w, *, block_h=8):
