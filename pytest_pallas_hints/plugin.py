@@ -266,14 +266,8 @@ class PallasRun:
     def pytest_runtest_call(self, item):
         if not (_puzzle_of(item) or "exercises" in item.path.parts):
             return (yield)
-        from . import runtime
-
         __tracebackhide__ = True
-        on_gpu = runtime.on_gpu() if _hardware_mark(item) == "gpu" else contextlib.nullcontext()
-        mosaic_gpu = (runtime.mosaic_gpu(compiled=_hardware_mark(item) == "gpu",
-                                         seconds=self.timeout)
-                      if item.get_closest_marker("mosaic_gpu") else contextlib.nullcontext())
-        with runtime.watch(self.timeout), on_gpu, mosaic_gpu:
+        with _running(item, self.timeout):
             return (yield)
 
     # -- makereport: every failure of a puzzle test becomes findings
@@ -398,6 +392,33 @@ def _walks() -> list[dict]:
         return []
 
 
+@contextlib.contextmanager
+def _running(item, timeout):
+    """Around a puzzle test's call: the hang bound, the GPU for gpu tests, Mosaic GPU's
+    interpret mode; a chapter file that failed to load fails, even where this JAX could
+    not verify the puzzle."""
+    from . import runtime
+
+    __tracebackhide__ = True
+    on_gpu = runtime.on_gpu() if _hardware_mark(item) == "gpu" else contextlib.nullcontext()
+    mosaic_gpu = (runtime.mosaic_gpu(compiled=_hardware_mark(item) == "gpu", seconds=timeout)
+                  if item.get_closest_marker("mosaic_gpu") else contextlib.nullcontext())
+    with runtime.watch(timeout), on_gpu, mosaic_gpu:
+        try:
+            yield
+        except jaxcompat.CannotVerify:
+            raise (_broken_chapter(item) or sys.exc_info()[1]) from None
+
+
+def _broken_chapter(item) -> BaseException | None:
+    """Why a chapter file the test's module uses failed to load (its rule broken, or
+    its import raised), if one did."""
+    for value in vars(getattr(item, "module", None) or object()).values():
+        if isinstance(value, chapters.BrokenChapter):
+            return value.import_error
+    return None
+
+
 def _mosaic_gpu_setup(item, compiled: bool, platforms) -> None:
     """A Mosaic GPU test runs compiled only on a Hopper; in GPU interpret mode only where
     this JAX's interpreter runs the features it names (else "cannot be verified")."""
@@ -408,8 +429,7 @@ def _mosaic_gpu_setup(item, compiled: bool, platforms) -> None:
             pytest.skip(f"needs a Hopper GPU (compute capability 9.0: wgmma, TMA): found "
                         f"{runtime.gpu_names()}")
         return
-    module = getattr(item, "module", None)
-    if any(isinstance(value, chapters.BrokenChapter) for value in vars(module or object()).values()):
+    if _broken_chapter(item):
         return   # the chapter file itself is what fails, with its line, on any JAX
     features = [f for mark in item.iter_markers("mosaic_gpu") for f in mark.args] or ["kernels"]
     for feature in dict.fromkeys(features):
