@@ -323,6 +323,7 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
     traced = _trace(fn, args, static)  # the learner's Python runs here, once
     if structure is not None:
         _check_structure(traced, structure)
+    _check_collective_id(traced)
     unchecked, walked = _check_before_run(traced, args)
     try:
         output, executed = program.execute(traced, args)
@@ -336,6 +337,45 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
     measured = Measured(output, traced, executed, args, walked)
     _MEASURED.append(measured)
     return measured
+
+
+def _check_collective_id(traced) -> None:
+    """A TPU kernel that takes the barrier semaphore (pltpu.get_barrier_semaphore) must
+    say which collective it belongs to (pltpu.CompilerParams(collective_id=...)):
+    without, the interpreter fails deep inside itself. Named with the learner's lines
+    before anything runs."""
+    from . import chapters
+
+    with kit_step("checks before the run"):
+        calls = {index: eqn for eqn, index in _eqns_of(traced)}
+        for site in traced.sites:
+            call = site.call
+            if call.backend != "mosaic_tpu" or call.collective_id is not None:
+                continue
+            barrier = _first_eqn(call.kernel, "get_barrier_semaphore")
+            if barrier is None:
+                continue
+            facts = [("barrier", _line_of(barrier, chapters.sources()))]
+            if site.index in calls:
+                facts.append(("call", _line_of(calls[site.index], chapters.sources())))
+            raise Diagnosed("no_collective_id", (
+                f"your kernel takes the barrier semaphore, but its {call.api} gives no "
+                "collective id: pltpu.get_barrier_semaphore() returns the barrier "
+                "semaphore of the collective that the id names (the same one in this "
+                "kernel on every device), so without an id there is none to return. Give "
+                "the call compiler_params=pltpu.CompilerParams(collective_id=0)."), facts)
+
+
+def _first_eqn(jaxpr, name: str):
+    """The first equation of primitive ``name`` in ``jaxpr`` (depth first), or None."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == name:
+            return eqn
+        for inner, _ in jaxcompat.sub_jaxprs(eqn):
+            found = _first_eqn(inner, name)
+            if found is not None:
+                return found
+    return None
 
 
 # ---------------------------------------------------------------- DMA ledger ---

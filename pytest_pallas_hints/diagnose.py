@@ -474,7 +474,9 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
             message = _line_at(text, match.start())
             break
     else:
-        message = f"{kind}: {_line_at(str(error), 0)}"
+        real = _real_error(str(error))   # the error a callback's traceback ends with
+        message = real.splitlines()[0] if real != str(error) and real else \
+            f"{kind}: {_line_at(str(error), 0)}"
         finding = Finding("error", message, where=where)
     if finding.kind in _QUIET:
         return finding

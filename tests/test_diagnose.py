@@ -331,6 +331,17 @@ def test_out_of_bounds_shows_the_interpreter_message_without_wrappers():
     assert facts["raised"].startswith("Out-of-bounds block index (2, 0)")
 
 
+def test_an_unknown_error_inside_a_callback_shows_the_error_it_ends_with():
+    """A kernel that failed inside the interpreter: its runtime error carries a Python
+    traceback, and the error worth showing is its last line, not "Traceback"."""
+    error = RuntimeError("INTERNAL: CpuCallback error calling callback: Traceback (most "
+                         "recent call last):\n  File \"x.py\", line 3, in f\nTypeError: "
+                         "int() argument must be a string, not 'NoneType'")
+    finding = explain(error, frames_in(), ROOT)
+    assert finding.says.startswith("TypeError: int() argument")
+    assert dict(finding.facts)["raised"].startswith("TypeError: int() argument")
+
+
 def test_race_names_both_source_lines():
     from pytest_pallas_hints.runtime import RaceDetected
 

@@ -57,7 +57,7 @@ def ring(x_ref, o_ref, send_sem, recv_sem, *, barrier=True, signals=1, waits=1,
             copy.wait_send()
 
 
-def shifted(x, *, copies=1, recv_sems=False, **options):
+def shifted(x, *, copies=1, recv_sems=False, collective_id=0, **options):
     recv = pltpu.SemaphoreType.DMA((copies,)) if recv_sems else pltpu.SemaphoreType.DMA
     return pl.pallas_call(
         functools.partial(ring, copies=copies, recv_sems=recv_sems, **options),
@@ -65,7 +65,7 @@ def shifted(x, *, copies=1, recv_sems=False, **options):
         in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
         out_specs=pl.BlockSpec(memory_space=pl.ANY),
         scratch_shapes=[pltpu.SemaphoreType.DMA, recv],
-        compiler_params=pltpu.CompilerParams(collective_id=0))(x)
+        compiler_params=pltpu.CompilerParams(collective_id=collective_id))(x)
 
 
 def on_mesh(**options):
@@ -122,6 +122,32 @@ def test_a_remote_copy_or_signal_out_of_order_is_named_with_its_line(options, ki
     assert finding.kind == kind
     assert line in dict(finding.facts)["signals" if kind == "semaphore_left" else
                                        "waits" if "wait" in line else "started"]
+
+
+def test_a_barrier_without_a_collective_id_is_named_with_its_line_before_the_run():
+    with pytest.raises(Diagnosed) as failed:
+        on_mesh(collective_id=None)
+    finding = failed.value.findings()[0]
+    assert finding.kind == "no_collective_id"
+    assert "pltpu.get_barrier_semaphore()" in dict(finding.facts)["barrier"]
+    assert "collective_id=0" in finding.says
+
+
+def test_an_error_inside_the_interpreter_is_raised_by_the_run_itself():
+    """The run waits for its results: a kernel that fails inside the interpreter's
+    callbacks fails the run (the learner's), not the kit's first read of the output."""
+    from pytest_pallas_hints import program
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:DEVICES]), ("x",))
+    x = np.ones((DEVICES * ROWS, D), np.float32)
+    fn = jax.shard_map(functools.partial(shifted, collective_id=None), mesh=mesh,
+                       in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    with jax.set_mesh(mesh):
+        traced = program.trace(fn, (x,), {})
+        with pytest.raises(Exception, match="get_barrier_semaphore|NoneType"):
+            program.execute(traced, (x,))
+    jaxcompat.reset_interpreter()
+    jaxcompat.drop_failed_tokens()
 
 
 def test_two_copies_on_one_receive_semaphore_are_named_and_one_each_passes():
