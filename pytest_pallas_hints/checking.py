@@ -573,6 +573,14 @@ _DMA_SAYS = {
         "that will write into you (pl.semaphore_signal(sem, 1, device_id=...)), and "
         "pl.semaphore_wait(sem, n) for as many signals as you receive, before the first "
         "remote copy (and give the pallas_call pltpu.CompilerParams(collective_id=0))."),
+    "remote_unheard": (
+        "this copy goes into a device (under 'devices': from → to) that has not said it "
+        "is running this kernel, while the barrier did hear from other devices (after "
+        "'heard from'): the barrier pairs other devices than the copy. A device may "
+        "write only into the devices it has heard from: the device it writes into "
+        "signals it (pl.semaphore_signal(sem, 1, device_id=...) names the device that "
+        "will write into the signaller), and it waits for that signal. Either the copy "
+        "goes to the wrong device (its device_id), or the barrier signals the wrong one."),
     "remote_overwrite": (
         "this copy writes into a buffer of another device (under 'devices': from → to) that your "
         "earlier copy (the line under 'in flight') also filled, and that device has not "
@@ -608,6 +616,7 @@ _DMA_SAYS = {
 _DMA_OTHER = {"dma_waited_twice": "waited", "dma_shared_semaphore": "also on it",
               "dma_wrong_semaphore": "started"}
 _DMA_DETAIL = {"dma_dtype": "dtypes", "dma_shape": "shapes", "remote_before_barrier": "devices",
+               "remote_unheard": "devices",
                "remote_overwrite": "devices", "remote_shared_semaphore": "devices",
                "semaphore_left": "left"}
 

@@ -814,7 +814,13 @@ class MeshLedger(Ledger):
         (the barrier), and must have said something since this device's last copy into
         the same window or onto the same receive semaphore (that it has read it)."""
         path = f"{self.device} → {target}"
-        if not self.heard[target]:
+        heard = [d for d, words in enumerate(self.heard) if words]
+        if not self.heard[target] and heard:   # a barrier, with other devices than this
+            side = self.run.side
+            self.run.problem(DmaProblem("remote_unheard", eqn, detail=(
+                f"{path}{side(self.device, target)}; heard from "
+                + ", ".join(f"{d}{side(self.device, d)}" for d in heard))))
+        elif not self.heard[target]:
             self.run.problem(DmaProblem("remote_before_barrier", eqn, detail=path))
         for was_target, was_sem, was_dst, was_box, heard, earlier in reversed(self.sent):
             if was_target != target or heard != self.heard[target]:
@@ -887,6 +893,14 @@ class MeshRun:
 
     def space(self, ref) -> str:
         return jaxcompat.memory_space(getattr(ref, "aval", None))
+
+    def side(self, device: int, other: int) -> str:
+        """" (left)", " (right)" or " (itself)": where ``other`` lies from ``device`` on a
+        ring (a 1-D mesh of more than two devices; "" elsewhere)."""
+        if len(self.sizes) != 1 or self.count < 3:
+            return " (itself)" if other == device else ""
+        step = (other - device) % self.count
+        return {0: " (itself)", 1: " (right)", self.count - 1: " (left)"}.get(step, "")
 
     def target(self, device: int, refs):
         """The device a remote copy or signal goes to, or None where unknown."""

@@ -36,7 +36,7 @@ def neighbours(axis):
 
 
 def ring(x_ref, o_ref, send_sem, recv_sem, *, barrier=True, signals=1, waits=1,
-         copies=1, wait=True, recv_sems=False):
+         copies=1, wait=True, recv_sems=False, to="right"):
     """Sends x to the right neighbour's o (copies times, into the same window), after a
     barrier where the left neighbour is told (signals times) and the right one's word
     waited for (waits times)."""
@@ -49,7 +49,7 @@ def ring(x_ref, o_ref, send_sem, recv_sem, *, barrier=True, signals=1, waits=1,
     for i in range(copies):
         copy = pltpu.make_async_remote_copy(
             x_ref, o_ref, send_sem, recv_sem.at[i] if recv_sems else recv_sem,
-            device_id=(right,))
+            device_id=(right if to == "right" else left,))
         copy.start()
         if wait:
             copy.wait()
@@ -109,6 +109,7 @@ def test_lax_axis_index_is_each_devices_own():
 
 @pytest.mark.parametrize("options, kind, line", [
     ({"barrier": False}, "remote_before_barrier", "copy.start()"),
+    ({"to": "left"}, "remote_unheard", "copy.start()"),
     ({"waits": 2}, "semaphore_never_signalled", "pl.semaphore_wait(sem, waits)"),
     ({"copies": 2}, "remote_overwrite", "copy.start()"),
     ({"copies": 2, "wait": False}, "remote_overwrite", "copy.start()"),
@@ -122,6 +123,8 @@ def test_a_remote_copy_or_signal_out_of_order_is_named_with_its_line(options, ki
     assert finding.kind == kind
     assert line in dict(finding.facts)["signals" if kind == "semaphore_left" else
                                        "waits" if "wait" in line else "started"]
+    if kind == "remote_unheard":   # the barrier heard from the right, the copy goes left
+        assert dict(finding.facts)["devices"] == "3 → 2 (left); heard from 0 (right)"
 
 
 def test_a_barrier_without_a_collective_id_is_named_with_its_line_before_the_run():
