@@ -98,6 +98,20 @@ def check_remote_bytes(ran, expected, *, what, likely=None):
         "blocks never travel (did they reach the output some other way?)."), facts)
 
 
+def check_copies_leave(ran):
+    """No remote copy lands on the device that started it (device_id=(me,)): on a ring
+    of two or more chips every copy of this chapter goes to a neighbour."""
+    for run, counts in zip(ran.executed, ran.steps):
+        for target, *_ in counts.remote:
+            if run.device is not None and target == run.device and run.site.devices > 1:
+                fail("sent_to_itself", (
+                    "your remote copy goes to the device that starts it (under "
+                    "'devices'): device_id names the device the copy lands on, and "
+                    "lax.axis_index(axis_name) is this device itself, so the copy never leaves it. "
+                    "Send it to the right neighbour: device_id=(right,), from "
+                    "neighbours(axis_name)."), [("devices", f"{run.device} → {target}")])
+
+
 def check_no_hbm_traffic(ran):
     """x and the output stay in HBM: the kernel's copies are remote (or HBM to HBM)."""
     check_traffic(ran, reference=0)
@@ -147,6 +161,7 @@ def test_ring_shift(n, shard, dtype, rng):
     rows = shard[0]
     x = rng.normal((n * rows, *shard[1:]), dtype)
     ran = on_ring(collectives.ring_shift, mesh, x)
+    check_copies_leave(ran)
     check(ran, np.roll(x, rows, axis=0), blocks=(rows, None), axes="N·rows D", likely={
         "sent_left": np.roll(x, -rows, axis=0), "not_sent": x})
     check_remote_bytes(ran, x.nbytes, what="one shard per chip, sent once")
@@ -180,6 +195,7 @@ def test_all_gather(n, shard, dtype, rng):
         return out.reshape(n * n * rows, *shard[1:])
 
     ran = on_ring(collectives.all_gather, mesh, x)
+    check_copies_leave(ran)
     check(ran, gathered_by_every_device(x, n), blocks=(n * rows, None), axes="N·N·rows D",
           likely={"own_block_only": own_block_only})
     shard_bytes = x.nbytes // n
@@ -215,6 +231,7 @@ def test_reduce_scatter(n, block, dtype, rng):
         return np.stack([local[d, d] for d in range(n)]).reshape(-1, *block[1:])
 
     ran = on_ring(collectives.reduce_scatter, mesh, x)
+    check_copies_leave(ran)
     check(ran, sums.astype(x.dtype), blocks=(rows, None), axes="N·rows D", likely={
         "own_block_only": own_blocks_only,
         "block_off_by_one": lambda: np.roll(sums, -rows, axis=0).astype(x.dtype)})
@@ -268,6 +285,7 @@ def test_collective_matmul(n, M, K, F, dtype, rng):
     w = rng.normal((K, F), dtype, scale=K ** -0.5)
     ran = on_ring(collectives.all_gather_matmul, mesh, x, w, in_specs=(P(AXIS), P()),
                   structure=REMOTE.where(inside={"dma_start", "dma_wait", "dot_general"}))
+    check_copies_leave(ran)
     full = (x.astype(np.float64) @ w.astype(np.float64)).astype(x.dtype)
     check(ran, np.concatenate([full] * n), blocks=(M, None), axes="N·N·M F")
     check_work(ran, flops=n * 2 * n * M * K * F)
@@ -294,6 +312,7 @@ def test_shift_add(n, shard, dtype, rng):
     rows = shard[0]
     x = rng.normal((n * rows, *shard[1:]), dtype)
     ran = on_ring(collectives.shift_add, mesh, x, structure=REMOTE.where(api="pl.kernel"))
+    check_copies_leave(ran)
     wide = x.astype(np.float32)
     check(ran, (wide + np.roll(wide, rows, axis=0)).astype(x.dtype), blocks=(rows, None),
           axes="N·rows D", likely={"added_right": lambda: (
