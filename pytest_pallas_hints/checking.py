@@ -565,6 +565,13 @@ _DMA_SAYS = {
         "still counts the bytes when the kernel ends. The receiving side waits too: "
         ".wait() (or .wait_recv()) on the descriptor, on every device, for every copy "
         "that lands there."),
+    "remote_send_not_waited": (
+        "the sending side of this remote copy is never waited: a remote copy signals two "
+        "semaphores, its send semaphore here once the data has left, and its receive "
+        "semaphore on the device it lands on, and each side must be waited before the "
+        "kernel ends (a TPU wants every semaphore back at zero, and the source must not "
+        "change until the data has left). copy.wait() waits for both sides; after "
+        "copy.wait_recv() alone, add copy.wait_send()."),
     "remote_before_barrier": (
         "this copy (or signal) goes into another device (under 'devices': from → to) before that "
         "device has said it is running this kernel: on a TPU its buffers and semaphores "

@@ -839,6 +839,9 @@ class MeshLedger(Ledger):
         the sending side, or where they landed) and signals never waited for."""
         found = []
         for copy in self.in_flight:
+            if copy.send:   # waited where it landed (wait_recv), never where it left
+                found.append(DmaProblem("remote_send_not_waited", copy.eqn))
+                continue
             kind = "dma_not_received" if copy.sender is not None else "dma_not_waited"
             found.append(self._misnamed(copy) or DmaProblem(kind, copy.eqn))
         for (key, _), queue in self.counts.items():

@@ -51,7 +51,9 @@ def ring(x_ref, o_ref, send_sem, recv_sem, *, barrier=True, signals=1, waits=1,
             x_ref, o_ref, send_sem, recv_sem.at[i] if recv_sems else recv_sem,
             device_id=(right if to == "right" else left,))
         copy.start()
-        if wait:
+        if wait == "recv":
+            copy.wait_recv()
+        elif wait:
             copy.wait()
         else:
             copy.wait_send()
@@ -110,6 +112,7 @@ def test_lax_axis_index_is_each_devices_own():
 @pytest.mark.parametrize("options, kind, line", [
     ({"barrier": False}, "remote_before_barrier", "copy.start()"),
     ({"to": "left"}, "remote_unheard", "copy.start()"),
+    ({"wait": "recv"}, "remote_send_not_waited", "copy.start()"),
     ({"waits": 2}, "semaphore_never_signalled", "pl.semaphore_wait(sem, waits)"),
     ({"copies": 2}, "remote_overwrite", "copy.start()"),
     ({"copies": 2, "wait": False}, "remote_overwrite", "copy.start()"),
