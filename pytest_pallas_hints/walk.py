@@ -712,6 +712,7 @@ class MeshLedger(Ledger):
     def __init__(self, run: "MeshRun", device: int):
         super().__init__()
         self.run, self.device = run, device
+        self.problems = run.problems       # one list for the mesh, in the order they happen
         self.heard = [0] * run.count       # words from each device, so far
         self.counts: dict = {}             # (semaphore key, box) -> [[sender, amount, eqn]]
         self.sent: list = []               # (target, sem key, dst key, dst box, heard, eqn)
@@ -867,13 +868,13 @@ class MeshRun:
         self.count = int(np.prod(self.sizes, dtype=np.int64)) if axes else 1
         self.refs = refs                     # per device: the kernel's refs, in order
         self.index = [{id(r): n for n, r in enumerate(mine)} for mine in refs]
+        self.problems: list[DmaProblem] = []
         self.ledgers = [MeshLedger(self, d) for d in range(self.count)]
         self.cv = threading.Condition()
         self.turn, self.over, self.failure = 0, False, None
         self.state = ["ready"] * self.count   # ready, running, blocked, done
         self.woken = [False] * self.count
         self.waiting: list = [None] * self.count   # what a blocked device waits for
-        self.problems: list[DmaProblem] = []
 
     @property
     def followed(self) -> bool:

@@ -59,8 +59,8 @@ def ring(x_ref, o_ref, send_sem, recv_sem, *, barrier=True, signals=1, waits=1,
             copy.wait_send()
 
 
-def shifted(x, *, copies=1, recv_sems=False, collective_id=0, **options):
-    recv = pltpu.SemaphoreType.DMA((copies,)) if recv_sems else pltpu.SemaphoreType.DMA
+def shifted(x, *, copies=1, recv_sems=False, collective_id=0, slots=None, **options):
+    recv = pltpu.SemaphoreType.DMA((slots or copies,)) if recv_sems else pltpu.SemaphoreType.DMA
     return pl.pallas_call(
         functools.partial(ring, copies=copies, recv_sems=recv_sems, **options),
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
@@ -113,6 +113,8 @@ def test_lax_axis_index_is_each_devices_own():
     ({"barrier": False}, "remote_before_barrier", "copy.start()"),
     ({"to": "left"}, "remote_unheard", "copy.start()"),
     ({"wait": "recv"}, "remote_send_not_waited", "copy.start()"),
+    # a problem of one device's own (here a semaphore past the end) is the mesh's too
+    ({"copies": 2, "recv_sems": True, "slots": 1}, "dma_out_of_bounds", "copy.start()"),
     ({"waits": 2}, "semaphore_never_signalled", "pl.semaphore_wait(sem, waits)"),
     ({"copies": 2}, "remote_overwrite", "copy.start()"),
     ({"copies": 2, "wait": False}, "remote_overwrite", "copy.start()"),
