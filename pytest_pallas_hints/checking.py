@@ -324,6 +324,7 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
     if structure is not None:
         _check_structure(traced, structure)
     _check_collective_id(traced)
+    _check_hbm_access(traced)
     unchecked, walked = _check_before_run(traced, args)
     try:
         output, executed = program.execute(traced, args)
@@ -366,10 +367,40 @@ def _check_collective_id(traced) -> None:
                 "the call compiler_params=pltpu.CompilerParams(collective_id=0)."), facts)
 
 
-def _first_eqn(jaxpr, name: str):
-    """The first equation of primitive ``name`` in ``jaxpr`` (depth first), or None."""
+def _check_hbm_access(traced) -> None:
+    """A TPU kernel reads or stores a ref that stays in HBM (memory_space=pl.ANY, or an
+    operand of a pl.kernel) as if it were in VMEM: named with the line of that read or
+    store before anything runs (the interpreter's own error has no line)."""
+    from . import chapters
+
+    def in_hbm(eqn):
+        return eqn.primitive.name in ("get", "swap", "addupdate") and eqn.invars and \
+            jaxcompat.memory_space(getattr(eqn.invars[0], "aval", None)) == "any"
+
+    with kit_step("checks before the run"):
+        for site in traced.sites:
+            if site.call.backend != "mosaic_tpu":
+                continue
+            eqn = _first_eqn(site.call.kernel, in_hbm)
+            if eqn is None:
+                continue
+            store = eqn.primitive.name != "get"
+            raise Diagnosed("hbm_ref_access", (
+                f"this line {'stores into' if store else 'reads'} a ref that stays in HBM "
+                "(memory_space=pl.ANY, or an operand of a pl.kernel) as if it were in "
+                "VMEM: a kernel computes only on VMEM (and SMEM) values, and an HBM ref "
+                "can only be copied. Copy it into a VMEM buffer first "
+                "(pltpu.sync_copy(hbm_ref, vmem_ref), or an async copy you wait for)"
+                + (", compute there, and copy the result back out." if store else
+                   ", and read that.")),
+                [("stores" if store else "reads", _line_of(eqn, chapters.sources()))])
+
+
+def _first_eqn(jaxpr, name):
+    """The first equation of primitive ``name`` (or for which ``name(eqn)`` holds) in
+    ``jaxpr``, depth first, or None."""
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == name:
+        if (name(eqn) if callable(name) else eqn.primitive.name == name):
             return eqn
         for inner, _ in jaxcompat.sub_jaxprs(eqn):
             found = _first_eqn(inner, name)

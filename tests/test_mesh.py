@@ -141,6 +141,22 @@ def test_a_barrier_without_a_collective_id_is_named_with_its_line_before_the_run
     assert "collective_id=0" in finding.says
 
 
+def test_a_store_into_an_hbm_ref_is_named_with_its_line_before_the_run():
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1.0   # both stay in HBM: only copies reach them
+
+    def call(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                              out_specs=pl.BlockSpec(memory_space=pl.ANY))(x)
+
+    with pytest.raises(Diagnosed) as failed:
+        measure(call, np.ones((ROWS, D), np.float32), structure=None)
+    finding = failed.value.findings()[0]
+    assert finding.kind == "hbm_ref_access"
+    assert "o_ref[...] = x_ref[...] + 1.0" in dict(finding.facts)["reads"]
+
+
 def test_an_error_inside_the_interpreter_is_raised_by_the_run_itself():
     """The run waits for its results: a kernel that fails inside the interpreter's
     callbacks fails the run (the learner's), not the kit's first read of the output."""
