@@ -634,6 +634,13 @@ _DMA_SAYS = {
         "when either one has landed, so it may read the other's window before its data "
         "is there. Give each copy that may be in flight its own receive semaphore (an "
         "array of them: pltpu.SemaphoreType.DMA((steps,)), and recv_sems.at[step])."),
+    "remote_semaphores_swapped": (
+        "this copy lands on another device (under 'devices': from → to) on the same "
+        "receive semaphore as your earlier copy (the line under 'in flight'), while its "
+        "send semaphore changes from copy to copy: the two semaphores look swapped. "
+        "make_async_remote_copy(src, dst, send_sem, recv_sem, device_id=...) takes the "
+        "send semaphore first and the receive semaphore second; the one that needs a "
+        "slot per copy in flight is the receive one."),
     "semaphore_never_signalled": (
         "this pl.semaphore_wait waits for signals that no device sends: every device is "
         "stuck waiting, and a TPU would hang here. Does the device that should signal "
@@ -654,7 +661,7 @@ _DMA_SAYS = {
 _DMA_OTHER = {"dma_waited_twice": "waited", "dma_shared_semaphore": "also on it",
               "dma_wrong_semaphore": "started"}
 _DMA_DETAIL = {"dma_dtype": "dtypes", "dma_shape": "shapes", "remote_before_barrier": "devices",
-               "remote_unheard": "devices",
+               "remote_unheard": "devices", "remote_semaphores_swapped": "devices",
                "remote_overwrite": "devices", "remote_shared_semaphore": "devices",
                "semaphore_left": "left"}
 

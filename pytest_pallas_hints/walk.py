@@ -715,7 +715,7 @@ class MeshLedger(Ledger):
         self.problems = run.problems       # one list for the mesh, in the order they happen
         self.heard = [0] * run.count       # words from each device, so far
         self.counts: dict = {}             # (semaphore key, box) -> [[sender, amount, eqn]]
-        self.sent: list = []               # (target, sem key, dst key, dst box, heard, eqn)
+        self.sent: list = []               # (target, sem, dst key, dst box, heard, eqn, send sem)
         self.own_barrier = _Ref(operand="barrier")
 
     # -- what the walk calls
@@ -823,17 +823,24 @@ class MeshLedger(Ledger):
                 + ", ".join(f"{d}{side(self.device, d)}" for d in heard))))
         elif not self.heard[target]:
             self.run.problem(DmaProblem("remote_before_barrier", eqn, detail=path))
-        for was_target, was_sem, was_dst, was_box, heard, earlier in reversed(self.sent):
+        send = (self.run.key(self.device, refs.send_sem), refs.send_sem_box)
+        for was_target, was_sem, was_dst, was_box, heard, earlier, was_send in reversed(
+                self.sent):
             if was_target != target or heard != self.heard[target]:
                 continue
             if was_dst == dst_key and _overlap(was_box, refs.dst_box):
                 self.run.problem(DmaProblem("remote_overwrite", eqn, earlier, path))
                 break
             if was_sem == (sem_key, refs.sem_box):
-                self.run.problem(DmaProblem("remote_shared_semaphore", eqn, earlier, path))
+                # one receive semaphore, and send semaphores that change from copy to
+                # copy (slots of one array): the two are in each other's place
+                swapped = was_send[0] == send[0] and was_send[1] != send[1]
+                self.run.problem(DmaProblem(
+                    "remote_semaphores_swapped" if swapped else "remote_shared_semaphore",
+                    eqn, earlier, path))
                 break
         self.sent.append((target, (sem_key, refs.sem_box), dst_key, refs.dst_box,
-                          self.heard[target], eqn))
+                          self.heard[target], eqn, send))
 
     def leftovers(self) -> list:
         """What is still owed when every device has finished: copies never waited (on

@@ -175,6 +175,8 @@ def test_an_error_inside_the_interpreter_is_raised_by_the_run_itself():
 
 
 def test_two_copies_on_one_receive_semaphore_are_named_and_one_each_passes():
+    """Send semaphores that change from copy to copy while the receive one stays: the
+    two are named as swapped."""
     def copies_into_two_windows(x_ref, o_ref, send_sem, recv_sems, *, shared):
         left, right = neighbours("x")
         sem = pltpu.get_barrier_semaphore()
@@ -182,9 +184,11 @@ def test_two_copies_on_one_receive_semaphore_are_named_and_one_each_passes():
         pl.semaphore_wait(sem, 1)
         for i in range(2):
             half = pl.ds(i * ROWS // 2, ROWS // 2)
+            send, recv = send_sem, recv_sems.at[0 if shared else i]
+            if shared == "swapped":   # the receive slots in the send place, and back
+                send, recv = recv_sems.at[i], send_sem
             copy = pltpu.make_async_remote_copy(
-                x_ref.at[half], o_ref.at[half], send_sem,
-                recv_sems.at[0 if shared else i], device_id=(right,))
+                x_ref.at[half], o_ref.at[half], send, recv, device_id=(right,))
             copy.start()
             copy.wait()
 
@@ -199,14 +203,15 @@ def test_two_copies_on_one_receive_semaphore_are_named_and_one_each_passes():
 
     mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:DEVICES]), ("x",))
     x = np.ones((DEVICES * ROWS, D), np.float32)
-    for shared in (True, False):
+    for shared in (True, "swapped", False):
         fn = jax.shard_map(functools.partial(call, shared=shared), mesh=mesh,
                            in_specs=P("x"), out_specs=P("x"), check_vma=False)
         with jax.set_mesh(mesh):
             if shared:
                 with pytest.raises(Diagnosed) as failed:
                     measure(fn, x, structure=None)
-                assert failed.value.kind == "remote_shared_semaphore"
+                assert failed.value.kind == ("remote_semaphores_swapped" if shared == "swapped"
+                                             else "remote_shared_semaphore")
             else:
                 assert not measure(fn, x, structure=None).steps[0].dma_problems
 
