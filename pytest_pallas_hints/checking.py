@@ -38,10 +38,11 @@ class Mismatch(AssertionError):
 
     def __init__(self, yours, expected, *, name: str, blocks, axes, likely, tolerance: float,
                  carries: bool | None = None, narrow: bool | None = None,
-                 stored: bool | None = None):
+                 stored: bool | None = None, gridless: bool | None = None):
         self.yours, self.expected = yours, expected
         self.name, self.blocks, self.axes, self.tolerance = name, blocks, axes, tolerance
         self._likely, self.carries, self.narrow, self.stored = likely, carries, narrow, stored
+        self.gridless = gridless
         super().__init__(f"{name} differs from the expected value")
 
     def findings(self) -> list[diagnose.Finding]:
@@ -50,7 +51,8 @@ class Mismatch(AssertionError):
             return diagnose.compare(self.yours, self.expected, name=self.name, blocks=self.blocks,
                                     axes=self.axes, likely=likely,
                                     tolerance=self.tolerance, carries=self.carries,
-                                    narrow=self.narrow, stored=self.stored)
+                                    narrow=self.narrow, stored=self.stored,
+                                    gridless=self.gridless)
 
     def __str__(self) -> str:
         return "\n".join(diagnose.render(self.findings()))
@@ -818,10 +820,12 @@ def check(yours, expected, *, blocks=None, axes: str | None = None,
                evaluated only on failure); a match is named by the puzzle's words;
     tolerance: relative tolerance, default by dtype (TOLERANCE).
     """
-    carries = narrow = stored = None
+    carries = narrow = stored = gridless = None
     measured = yours if isinstance(yours, Measured) else None
     if measured is not None:   # what its kernels carry from step to step, if anything
         carries = any(rules.carried_state(site.call) for site in measured.program.sites)
+        sites = measured.program.sites
+        gridless = bool(sites) and not any(site.call.grid for site in sites)
         narrow = _narrow_floats(measured.program.closed.jaxpr)
         yours = measured.output
     yours_np, expected_np = np.asarray(yours), np.asarray(expected)
@@ -834,7 +838,7 @@ def check(yours, expected, *, blocks=None, axes: str | None = None,
         stored = measured.stores_an_output()
     raise Mismatch(yours_np, expected_np, name=name, blocks=blocks, axes=axes,
                    likely=likely, tolerance=tolerance, carries=carries, narrow=narrow,
-                   stored=stored)
+                   stored=stored, gridless=gridless)
 
 
 def _narrow_floats(jaxpr) -> bool:

@@ -81,6 +81,17 @@ def test_whole_blocks_of_nan_are_unwritten(x):
     out = text(findings)
     assert "never written" in out
     assert "i\\j" in out and "✗" in out and "✓" in out
+    assert "index maps" in out
+
+
+def test_unwritten_blocks_of_a_kernel_without_a_grid_say_nothing_of_grids(x):
+    """A kernel with no grid (a pl.kernel, a pallas_call of one step that loops itself)
+    writes every block with its own stores: no grid or index map to blame."""
+    y = x.copy()
+    y[:, 128:] = np.nan
+    findings = compare(y, x, blocks=(8, 128), axes="i j", gridless=True)
+    assert kinds(findings)[0] == "unwritten"
+    assert "no grid" in findings[0].says and "index map" not in findings[0].says
 
 
 def test_all_zeros(x):
