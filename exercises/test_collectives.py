@@ -322,7 +322,15 @@ def test_collective_matmul(n, M, K, F, dtype, rng):
                   structure=REMOTE.where(inside={"dma_start", "dma_wait", "dot_general"}))
     check_copies_leave(ran)
     full = (x.astype(np.float64) @ w.astype(np.float64)).astype(x.dtype)
-    check(ran, np.concatenate([full] * n), blocks=(M, None), axes="N·N·M F")
+
+    def last_arrival_not_multiplied():   # device d never wrote block (d + 1) mod N
+        out = np.stack([full] * n).astype(np.float32)
+        for d in range(n):
+            out[d, (d + 1) % n * M:((d + 1) % n + 1) * M] = np.nan
+        return out.reshape(n * n * M, F).astype(x.dtype)
+
+    check(ran, np.concatenate([full] * n), blocks=(M, None), axes="N·N·M F",
+          likely={"last_arrival_not_multiplied": last_arrival_not_multiplied})
     check_work(ran, flops=n * 2 * n * M * K * F)
     check_remote_bytes(ran, n * (n - 1) * M * K * x.itemsize, what="the ring: N - 1 "
                        "steps, one block of x each, on every chip", travels=x.dtype)
