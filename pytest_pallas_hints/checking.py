@@ -644,8 +644,9 @@ _DMA_SAYS = {
         "send semaphore first and the receive semaphore second; the one that needs a "
         "slot per copy in flight is the receive one."),
     "semaphore_never_signalled": (
-        "this pl.semaphore_wait waits for signals that no device sends: every device is "
-        "stuck waiting, and a TPU would hang here. Does the device that should signal "
+        "this pl.semaphore_wait waits for signals that no device sends: this device "
+        "waits forever (and every device waiting for it), so a TPU would hang here. Does "
+        "the device that should signal "
         "it do so, on this device (device_id) and on this semaphore, as many times as "
         "you wait for?"),
     "semaphore_left": (
