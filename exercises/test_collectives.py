@@ -29,6 +29,7 @@ from jax.sharding import PartitionSpec as P
 from pytest_pallas_hints import (Structure, chapter, check, check_overlap, check_traffic,
                                  check_work, fail, lowers_for_tpu, measure)
 from pytest_pallas_hints import jaxcompat
+from pytest_pallas_hints.checking import Mismatch
 
 collectives = chapter("collectives")
 
@@ -78,8 +79,10 @@ def devices(mesh) -> int:
     return mesh.devices.size
 
 
-def check_remote_bytes(ran, expected, *, what, likely=None):
-    """Your copies moved exactly the ring's bytes from chip to chip (all devices)."""
+def check_remote_bytes(ran, expected, *, what, likely=None, travels=None):
+    """Your copies moved exactly the ring's bytes from chip to chip (all devices).
+    ``travels``: the dtype the travelling blocks must have (a byte count off by exactly
+    a ratio of dtype sizes names it)."""
     moved = ran.remote_bytes
     if moved == expected:
         return
@@ -89,6 +92,15 @@ def check_remote_bytes(ran, expected, *, what, likely=None):
         if moved == amount:
             fail(name, f"your copies move the bytes of a known wrong schedule "
                        f"({name.replace('_', ' ')}).", facts)
+    if travels is not None and moved and moved != expected and \
+            (2 * moved in (expected, 4 * expected) or 4 * moved in (expected, 16 * expected)):
+        kind = np.dtype(travels)
+        ratio = moved / expected
+        fail("remote_dtype", (
+            f"your copies move exactly {ratio:g} times the ring's bytes: the right copies, "
+            f"but the blocks that travel are {'narrower' if ratio < 1 else 'wider'} than "
+            f"{kind.name} ({kind.itemsize} bytes an element). Give the buffers your copies "
+            f"send and receive the dtype {kind.name}."), facts)
     if moved > expected:
         fail("remote_bytes_high", (
             f"your copies move more between chips than {what}: a step too many, a block "
@@ -96,6 +108,32 @@ def check_remote_bytes(ran, expected, *, what, likely=None):
     fail("remote_bytes_low", (
         f"your copies move less between chips than {what}: a step is missing, or some "
         "blocks never travel (did they reach the output some other way?)."), facts)
+
+
+def check_copies_leave(ran):
+    """No remote copy lands on the device that started it (device_id=(me,)): on a ring
+    of two or more chips every copy of this chapter goes to a neighbour."""
+    for run, counts in zip(ran.executed, ran.steps):
+        for target, *_ in counts.remote:
+            if run.device is not None and target == run.device and run.site.devices > 1:
+                fail("sent_to_itself", (
+                    "your remote copy goes to the device that starts it (under "
+                    "'devices'): device_id names the device the copy lands on, and "
+                    "lax.axis_index(axis_name) is this device itself, so the copy never leaves it. "
+                    "Send it to the right neighbour: device_id=(right,), from "
+                    "neighbours(axis_name)."), [("devices", f"{run.device} → {target}")])
+
+
+def check_values_or_bytes(ran, expected, moved, **options):
+    """check(ran, expected, **options); where the values are wrong and nothing more
+    specific than that can be said of them, the bytes the copies moved first (``moved``):
+    a step too many or too few, or a dtype that does not travel, is named there."""
+    try:
+        check(ran, expected, **options)
+    except Mismatch as wrong:
+        if wrong.findings()[0].kind == "values":
+            moved()
+        raise
 
 
 def check_no_hbm_traffic(ran):
@@ -147,6 +185,7 @@ def test_ring_shift(n, shard, dtype, rng):
     rows = shard[0]
     x = rng.normal((n * rows, *shard[1:]), dtype)
     ran = on_ring(collectives.ring_shift, mesh, x)
+    check_copies_leave(ran)
     check(ran, np.roll(x, rows, axis=0), blocks=(rows, None), axes="N·rows D", likely={
         "sent_left": np.roll(x, -rows, axis=0), "not_sent": x})
     check_remote_bytes(ran, x.nbytes, what="one shard per chip, sent once")
@@ -180,6 +219,7 @@ def test_all_gather(n, shard, dtype, rng):
         return out.reshape(n * n * rows, *shard[1:])
 
     ran = on_ring(collectives.all_gather, mesh, x)
+    check_copies_leave(ran)
     check(ran, gathered_by_every_device(x, n), blocks=(n * rows, None), axes="N·N·rows D",
           likely={"own_block_only": own_block_only})
     shard_bytes = x.nbytes // n
@@ -200,6 +240,7 @@ def scattered_sums(x, n):
 @pytest.mark.parametrize("n, block, dtype", [
     pytest.param(8, (8, 128), "float32", id="N=8 blocks [8,128]"),
     pytest.param(2, (16, 128), "bfloat16", id="N=2 blocks [16,128] bf16 (a single step)"),
+    pytest.param(8, (8, 128), "bfloat16", id="N=8 blocks [8,128] bf16, sums that cancel"),
     pytest.param(EVERY_CHIP, (512, 1024), "float32", id="N=all blocks [512,1024]-tpu",
                  marks=on_tpu),
 ])
@@ -207,6 +248,12 @@ def test_reduce_scatter(n, block, dtype, rng):
     mesh = ring(n)
     n = devices(mesh)
     x = rng.normal((n * n * block[0], *block[1:]), dtype)
+    if dtype == "bfloat16" and n >= 4:
+        # Half the devices add 64, the other half -64: the partial sums grow to hundreds
+        # and the totals stay small, as gradients that cancel do. Partial sums kept in
+        # bf16 (8 bits of mantissa) lose the small part; float32 ones keep it exactly.
+        offset = np.where(np.arange(n) < n // 2, 64.0, -64.0).repeat(n * block[0])
+        x = (x.astype(np.float32) + offset.reshape(-1, *[1] * (x.ndim - 1))).astype(x.dtype)
     sums = scattered_sums(x, n)
     rows = block[0]
 
@@ -215,13 +262,18 @@ def test_reduce_scatter(n, block, dtype, rng):
         return np.stack([local[d, d] for d in range(n)]).reshape(-1, *block[1:])
 
     ran = on_ring(collectives.reduce_scatter, mesh, x)
-    check(ran, sums.astype(x.dtype), blocks=(rows, None), axes="N·rows D", likely={
-        "own_block_only": own_blocks_only,
-        "block_off_by_one": lambda: np.roll(sums, -rows, axis=0).astype(x.dtype)})
+    check_copies_leave(ran)
     partial_bytes = int(np.prod(block)) * 4   # float32 partial sums travel
-    check_remote_bytes(ran, n * (n - 1) * partial_bytes, what="the ring: N - 1 steps, one "
-                       "float32 block of partial sums each, on every chip",
-                       likely={"n_steps": n * n * partial_bytes})
+    moved = functools.partial(
+        check_remote_bytes, ran, n * (n - 1) * partial_bytes, what="the ring: N - 1 steps, "
+        "one float32 block of partial sums each, on every chip",
+        likely={"n_steps": n * n * partial_bytes}, travels=np.float32)
+    check_values_or_bytes(ran, sums.astype(x.dtype), moved, blocks=(rows, None),
+                          axes="N·rows D", likely={
+                              "own_block_only": own_blocks_only,
+                              "block_off_by_one": lambda: np.roll(sums, -rows, axis=0).astype(
+                                  x.dtype)})
+    moved()
     lowers(ran, mesh)
 
 
@@ -268,11 +320,20 @@ def test_collective_matmul(n, M, K, F, dtype, rng):
     w = rng.normal((K, F), dtype, scale=K ** -0.5)
     ran = on_ring(collectives.all_gather_matmul, mesh, x, w, in_specs=(P(AXIS), P()),
                   structure=REMOTE.where(inside={"dma_start", "dma_wait", "dot_general"}))
+    check_copies_leave(ran)
     full = (x.astype(np.float64) @ w.astype(np.float64)).astype(x.dtype)
-    check(ran, np.concatenate([full] * n), blocks=(M, None), axes="N·N·M F")
+
+    def last_arrival_not_multiplied():   # device d never wrote block (d + 1) mod N
+        out = np.stack([full] * n).astype(np.float32)
+        for d in range(n):
+            out[d, (d + 1) % n * M:((d + 1) % n + 1) * M] = np.nan
+        return out.reshape(n * n * M, F).astype(x.dtype)
+
+    check(ran, np.concatenate([full] * n), blocks=(M, None), axes="N·N·M F",
+          likely={"last_arrival_not_multiplied": last_arrival_not_multiplied})
     check_work(ran, flops=n * 2 * n * M * K * F)
     check_remote_bytes(ran, n * (n - 1) * M * K * x.itemsize, what="the ring: N - 1 "
-                       "steps, one block of x each, on every chip")
+                       "steps, one block of x each, on every chip", travels=x.dtype)
     check_overlap(ran, work="dot_general", at_least=n * (n - 1), why=(
         "Start the copy that passes block i on before you multiply it, and wait for it "
         "after: the next block travels while this one is multiplied."))
@@ -294,6 +355,7 @@ def test_shift_add(n, shard, dtype, rng):
     rows = shard[0]
     x = rng.normal((n * rows, *shard[1:]), dtype)
     ran = on_ring(collectives.shift_add, mesh, x, structure=REMOTE.where(api="pl.kernel"))
+    check_copies_leave(ran)
     wide = x.astype(np.float32)
     check(ran, (wide + np.roll(wide, rows, axis=0)).astype(x.dtype), blocks=(rows, None),
           axes="N·rows D", likely={"added_right": lambda: (

@@ -38,10 +38,11 @@ class Mismatch(AssertionError):
 
     def __init__(self, yours, expected, *, name: str, blocks, axes, likely, tolerance: float,
                  carries: bool | None = None, narrow: bool | None = None,
-                 stored: bool | None = None):
+                 stored: bool | None = None, gridless: bool | None = None):
         self.yours, self.expected = yours, expected
         self.name, self.blocks, self.axes, self.tolerance = name, blocks, axes, tolerance
         self._likely, self.carries, self.narrow, self.stored = likely, carries, narrow, stored
+        self.gridless = gridless
         super().__init__(f"{name} differs from the expected value")
 
     def findings(self) -> list[diagnose.Finding]:
@@ -50,7 +51,8 @@ class Mismatch(AssertionError):
             return diagnose.compare(self.yours, self.expected, name=self.name, blocks=self.blocks,
                                     axes=self.axes, likely=likely,
                                     tolerance=self.tolerance, carries=self.carries,
-                                    narrow=self.narrow, stored=self.stored)
+                                    narrow=self.narrow, stored=self.stored,
+                                    gridless=self.gridless)
 
     def __str__(self) -> str:
         return "\n".join(diagnose.render(self.findings()))
@@ -323,6 +325,8 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
     traced = _trace(fn, args, static)  # the learner's Python runs here, once
     if structure is not None:
         _check_structure(traced, structure)
+    _check_collective_id(traced)
+    _check_hbm_access(traced)
     unchecked, walked = _check_before_run(traced, args)
     try:
         output, executed = program.execute(traced, args)
@@ -336,6 +340,75 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
     measured = Measured(output, traced, executed, args, walked)
     _MEASURED.append(measured)
     return measured
+
+
+def _check_collective_id(traced) -> None:
+    """A TPU kernel that takes the barrier semaphore (pltpu.get_barrier_semaphore) must
+    say which collective it belongs to (pltpu.CompilerParams(collective_id=...)):
+    without, the interpreter fails deep inside itself. Named with the learner's lines
+    before anything runs."""
+    from . import chapters
+
+    with kit_step("checks before the run"):
+        calls = {index: eqn for eqn, index in _eqns_of(traced)}
+        for site in traced.sites:
+            call = site.call
+            if call.backend != "mosaic_tpu" or call.collective_id is not None:
+                continue
+            barrier = _first_eqn(call.kernel, "get_barrier_semaphore")
+            if barrier is None:
+                continue
+            facts = [("barrier", _line_of(barrier, chapters.sources()))]
+            if site.index in calls:
+                facts.append(("call", _line_of(calls[site.index], chapters.sources())))
+            raise Diagnosed("no_collective_id", (
+                f"your kernel takes the barrier semaphore, but its {call.api} gives no "
+                "collective id: pltpu.get_barrier_semaphore() returns the barrier "
+                "semaphore of the collective that the id names (the same one in this "
+                "kernel on every device), so without an id there is none to return. Give "
+                "the call compiler_params=pltpu.CompilerParams(collective_id=0)."), facts)
+
+
+def _check_hbm_access(traced) -> None:
+    """A TPU kernel reads or stores a ref that stays in HBM (memory_space=pl.ANY, or an
+    operand of a pl.kernel) as if it were in VMEM: named with the line of that read or
+    store before anything runs (the interpreter's own error has no line)."""
+    from . import chapters
+
+    def in_hbm(eqn):
+        return eqn.primitive.name in ("get", "swap", "addupdate") and eqn.invars and \
+            jaxcompat.memory_space(getattr(eqn.invars[0], "aval", None)) == "any"
+
+    with kit_step("checks before the run"):
+        for site in traced.sites:
+            if site.call.backend != "mosaic_tpu":
+                continue
+            eqn = _first_eqn(site.call.kernel, in_hbm)
+            if eqn is None:
+                continue
+            store = eqn.primitive.name != "get"
+            raise Diagnosed("hbm_ref_access", (
+                f"this line {'stores into' if store else 'reads'} a ref that stays in HBM "
+                "(memory_space=pl.ANY, or an operand of a pl.kernel) as if it were in "
+                "VMEM: a kernel computes only on VMEM (and SMEM) values, and an HBM ref "
+                "can only be copied. Copy it into a VMEM buffer first "
+                "(pltpu.sync_copy(hbm_ref, vmem_ref), or an async copy you wait for)"
+                + (", compute there, and copy the result back out." if store else
+                   ", and read that.")),
+                [("stores" if store else "reads", _line_of(eqn, chapters.sources()))])
+
+
+def _first_eqn(jaxpr, name):
+    """The first equation of primitive ``name`` (or for which ``name(eqn)`` holds) in
+    ``jaxpr``, depth first, or None."""
+    for eqn in jaxpr.eqns:
+        if (name(eqn) if callable(name) else eqn.primitive.name == name):
+            return eqn
+        for inner, _ in jaxcompat.sub_jaxprs(eqn):
+            found = _first_eqn(inner, name)
+            if found is not None:
+                return found
+    return None
 
 
 # ---------------------------------------------------------------- DMA ledger ---
@@ -525,6 +598,13 @@ _DMA_SAYS = {
         "still counts the bytes when the kernel ends. The receiving side waits too: "
         ".wait() (or .wait_recv()) on the descriptor, on every device, for every copy "
         "that lands there."),
+    "remote_send_not_waited": (
+        "the sending side of this remote copy is never waited: a remote copy signals two "
+        "semaphores, its send semaphore here once the data has left, and its receive "
+        "semaphore on the device it lands on, and each side must be waited before the "
+        "kernel ends (a TPU wants every semaphore back at zero, and the source must not "
+        "change until the data has left). copy.wait() waits for both sides; after "
+        "copy.wait_recv() alone, add copy.wait_send()."),
     "remote_before_barrier": (
         "this copy (or signal) goes into another device (under 'devices': from → to) before that "
         "device has said it is running this kernel: on a TPU its buffers and semaphores "
@@ -533,6 +613,14 @@ _DMA_SAYS = {
         "that will write into you (pl.semaphore_signal(sem, 1, device_id=...)), and "
         "pl.semaphore_wait(sem, n) for as many signals as you receive, before the first "
         "remote copy (and give the pallas_call pltpu.CompilerParams(collective_id=0))."),
+    "remote_unheard": (
+        "this copy goes into a device (under 'devices': from → to) that has not said it "
+        "is running this kernel, while the barrier did hear from other devices (after "
+        "'heard from'): the barrier pairs other devices than the copy. A device may "
+        "write only into the devices it has heard from: the device it writes into "
+        "signals it (pl.semaphore_signal(sem, 1, device_id=...) names the device that "
+        "will write into the signaller), and it waits for that signal. Either the copy "
+        "goes to the wrong device (its device_id), or the barrier signals the wrong one."),
     "remote_overwrite": (
         "this copy writes into a buffer of another device (under 'devices': from → to) that your "
         "earlier copy (the line under 'in flight') also filled, and that device has not "
@@ -548,9 +636,17 @@ _DMA_SAYS = {
         "when either one has landed, so it may read the other's window before its data "
         "is there. Give each copy that may be in flight its own receive semaphore (an "
         "array of them: pltpu.SemaphoreType.DMA((steps,)), and recv_sems.at[step])."),
+    "remote_semaphores_swapped": (
+        "this copy lands on another device (under 'devices': from → to) on the same "
+        "receive semaphore as your earlier copy (the line under 'in flight'), while its "
+        "send semaphore changes from copy to copy: the two semaphores look swapped. "
+        "make_async_remote_copy(src, dst, send_sem, recv_sem, device_id=...) takes the "
+        "send semaphore first and the receive semaphore second; the one that needs a "
+        "slot per copy in flight is the receive one."),
     "semaphore_never_signalled": (
-        "this pl.semaphore_wait waits for signals that no device sends: every device is "
-        "stuck waiting, and a TPU would hang here. Does the device that should signal "
+        "this pl.semaphore_wait waits for signals that no device sends: this device "
+        "waits forever (and every device waiting for it), so a TPU would hang here. Does "
+        "the device that should signal "
         "it do so, on this device (device_id) and on this semaphore, as many times as "
         "you wait for?"),
     "semaphore_left": (
@@ -568,6 +664,7 @@ _DMA_SAYS = {
 _DMA_OTHER = {"dma_waited_twice": "waited", "dma_shared_semaphore": "also on it",
               "dma_wrong_semaphore": "started"}
 _DMA_DETAIL = {"dma_dtype": "dtypes", "dma_shape": "shapes", "remote_before_barrier": "devices",
+               "remote_unheard": "devices", "remote_semaphores_swapped": "devices",
                "remote_overwrite": "devices", "remote_shared_semaphore": "devices",
                "semaphore_left": "left"}
 
@@ -724,13 +821,15 @@ def check(yours, expected, *, blocks=None, axes: str | None = None,
                evaluated only on failure); a match is named by the puzzle's words;
     tolerance: relative tolerance, default by dtype (TOLERANCE).
     """
-    carries = narrow = stored = None
+    carries = narrow = stored = gridless = None
     measured = yours if isinstance(yours, Measured) else None
     if measured is not None:   # what its kernels carry from step to step, if anything
         # The blocks of a Mosaic GPU grid run in parallel: nothing is carried from one to
         # the next, whatever a block's own loops carry.
         carries = any(rules.carried_state(site.call) for site in measured.program.sites
                       if getattr(site.call, "backend", "") != "mosaic_gpu")
+        sites = measured.program.sites
+        gridless = bool(sites) and not any(site.call.grid for site in sites)
         narrow = _narrow_floats(measured.program.closed.jaxpr)
         yours = measured.output
     yours_np, expected_np = np.asarray(yours), np.asarray(expected)
@@ -743,7 +842,7 @@ def check(yours, expected, *, blocks=None, axes: str | None = None,
         stored = measured.stores_an_output()
     raise Mismatch(yours_np, expected_np, name=name, blocks=blocks, axes=axes,
                    likely=likely, tolerance=tolerance, carries=carries, narrow=narrow,
-                   stored=stored)
+                   stored=stored, gridless=gridless)
 
 
 def _narrow_floats(jaxpr) -> bool:

@@ -54,11 +54,13 @@ def close(yours: np.ndarray, expected: np.ndarray, tolerance: float) -> np.ndarr
 def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", blocks=None,
             axes: str | None = None, likely: dict | None = None,
             tolerance: float = 2e-5, carries: bool | None = None,
-            narrow: bool | None = None, stored: bool | None = None) -> list[Finding]:
+            narrow: bool | None = None, stored: bool | None = None,
+            gridless: bool | None = None) -> list[Finding]:
     """How ``yours`` differs from ``expected``, most specific finding first. ``carries``:
     whether the kernels carry state from step to step; ``narrow``: whether the program
     holds any bf16 or f16 value; ``stored``: whether any grid step stored into an output
-    (None: not known)."""
+    (None: not known); ``gridless``: whether every kernel has no grid (its own stores
+    write every block: no advice about grids or index maps)."""
     shape_row = ("shape", f"expected {_shape(expected)} · yours {_shape(yours)}")
     if yours.shape != expected.shape:
         return [_shape_finding(yours, expected, shape_row)]
@@ -93,7 +95,7 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
             "axis starts over (pl.program_id(r) == 0 for the reduction axis r, whatever "
             "the other axes), not only at the very first grid step.")))
     if nan.any():
-        findings.append(_nan_finding(nan, bad, grid, tail, stored))
+        findings.append(_nan_finding(nan, bad, grid, tail, stored, gridless))
     if not np.any(y) and np.any(e):
         findings.append(Finding("zeros", (
             f"your {name} is all zeros: was anything stored, and was it stored after the "
@@ -193,7 +195,7 @@ def _shape_finding(yours, expected, shape_row) -> Finding:
 
 
 def _nan_finding(nan: np.ndarray, bad: np.ndarray, grid, tail: int | None,
-                 stored: bool | None = None) -> Finding:
+                 stored: bool | None = None, gridless: bool | None = None) -> Finding:
     if nan.all() and stored is False:   # the walk saw no store: a puzzle may say why
         return Finding("never_stored", (
             "every value is NaN, and no grid step stored into the output: the store never "
@@ -222,6 +224,13 @@ def _nan_finding(nan: np.ndarray, bad: np.ndarray, grid, tail: int | None,
         wrong = grid.wrong(bad)
         if 0 < wrong.sum() < grid.count and grid.wrong(nan).sum() == wrong.sum() \
                 and _whole_blocks(nan, grid, wrong):
+            if gridless:   # no grid, no index maps: the kernel's own stores missed them
+                return Finding("unwritten", (
+                    "some output blocks are entirely NaN: they were never written. Your "
+                    "kernel has no grid, so its own stores (or copies) write every block, "
+                    "and none reached these (under 'blocks'): does a loop stop a step "
+                    "early, or does a block the loop does not cover need a store after "
+                    "it?"))
             return Finding("unwritten", (
                 "some output blocks are entirely NaN: they were never written. Does the "
                 "grid have a step for every output block, and do the output index maps "
@@ -473,7 +482,9 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
             message = _line_at(text, match.start())
             break
     else:
-        message = f"{kind}: {_line_at(str(error), 0)}"
+        real = _real_error(str(error))   # the error a callback's traceback ends with
+        message = real.splitlines()[0] if real != str(error) and real else \
+            f"{kind}: {_line_at(str(error), 0)}"
         finding = Finding("error", message, where=where)
     if finding.kind in _QUIET:
         return finding

@@ -595,6 +595,7 @@ class KernelCall:
     threads: int = 1            # Pallas threads (warpgroups) per block (Mosaic GPU)
     api: str = "pl.pallas_call"  # how it was written: or "pl.kernel", "plgpu.kernel"
     axes: tuple = ()            # Mosaic GPU: (name, size) per grid axis, then the threads'
+    collective_id: int | None = None   # pltpu.CompilerParams(collective_id=...), if given
 
 
 # A Mosaic GPU kernel (plgpu.kernel) is an mpmd_map equation: one program per mesh,
@@ -701,7 +702,8 @@ def kernel_call(eqn) -> KernelCall:
         num_inputs=mapping.num_inputs, kernel=kernel,
         scratch=tuple(getattr(mapping, "scratch_avals", ()) or ()),
         dynamic_grid=tuple(i for i, g in enumerate(grid) if g is None),
-        semantics=_semantics(params.get("compiler_params")))
+        semantics=_semantics(params.get("compiler_params")),
+        collective_id=_collective_id(params.get("compiler_params")))
 
 
 def _gpu_kernel_call(eqn) -> KernelCall:
@@ -757,7 +759,8 @@ def _tensorcore_kernel_call(eqn) -> KernelCall:
         name=name, source=source, line=line, grid=(), num_prefetch=0, blocks=tuple(blocks),
         num_inputs=len(eqn.invars), kernel=kernel,
         scratch=tuple(v.aval for v in kernel.invars[operands:]), dynamic_grid=(),
-        semantics=_semantics(params.get("compiler_params")), api="pl.kernel")
+        semantics=_semantics(params.get("compiler_params")), api="pl.kernel",
+        collective_id=_collective_id(params.get("compiler_params")))
 
 
 def _first_user_frame(jaxpr) -> tuple[str, int]:
@@ -774,12 +777,23 @@ def _first_user_frame(jaxpr) -> tuple[str, int]:
     return "", 0
 
 
-def _semantics(compiler_params) -> tuple:
-    """("parallel", "arbitrary", ...) from a pallas_call's compiler params (a dict of
-    them per backend in JAX < 0.9, the TPU's own params since)."""
+def _tpu_params(compiler_params):
+    """The TPU's compiler params of a kernel (a dict of them per backend in JAX < 0.9,
+    the TPU's own params since), or None."""
     if hasattr(compiler_params, "get") and not hasattr(compiler_params, "dimension_semantics"):
         compiler_params = compiler_params.get("mosaic_tpu") or compiler_params.get("mosaic")
-    found = getattr(compiler_params, "dimension_semantics", None) or ()
+    return compiler_params
+
+
+def _collective_id(compiler_params) -> int | None:
+    """The collective id a kernel's barrier semaphore needs, where one was given."""
+    found = getattr(_tpu_params(compiler_params), "collective_id", None)
+    return None if found is None else int(found)
+
+
+def _semantics(compiler_params) -> tuple:
+    """("parallel", "arbitrary", ...) from a pallas_call's compiler params."""
+    found = getattr(_tpu_params(compiler_params), "dimension_semantics", None) or ()
     return tuple(str(getattr(s, "value", s)).lower().rsplit(".", 1)[-1] for s in found)
 
 

@@ -350,7 +350,10 @@ def execute(program: Program, args: tuple):
         outs = _evaluate(closed.jaxpr, closed.consts, flat_args, visit)
         return outs, captured
 
-    outs, captured = jax.jit(run)(*flat)
+    # Wait for the results here: an error the run raises (a learner's kernel failing
+    # inside the interpreter's callbacks) surfaces now, as the run's, and not later
+    # where the kit first reads the output.
+    outs, captured = jax.block_until_ready(jax.jit(run)(*flat))
     executed = [Executed(program.sites[index], [np.asarray(v) for v in values])
                 for index, values in captured]
     # A kernel inside a shard_map ran once on every device of its mesh (the shard_map

@@ -712,9 +712,10 @@ class MeshLedger(Ledger):
     def __init__(self, run: "MeshRun", device: int):
         super().__init__()
         self.run, self.device = run, device
+        self.problems = run.problems       # one list for the mesh, in the order they happen
         self.heard = [0] * run.count       # words from each device, so far
         self.counts: dict = {}             # (semaphore key, box) -> [[sender, amount, eqn]]
-        self.sent: list = []               # (target, sem key, dst key, dst box, heard, eqn)
+        self.sent: list = []               # (target, sem, dst key, dst box, heard, eqn, send sem)
         self.own_barrier = _Ref(operand="barrier")
 
     # -- what the walk calls
@@ -814,25 +815,41 @@ class MeshLedger(Ledger):
         (the barrier), and must have said something since this device's last copy into
         the same window or onto the same receive semaphore (that it has read it)."""
         path = f"{self.device} → {target}"
-        if not self.heard[target]:
+        heard = [d for d, words in enumerate(self.heard) if words]
+        if not self.heard[target] and heard:   # a barrier, with other devices than this
+            side = self.run.side
+            self.run.problem(DmaProblem("remote_unheard", eqn, detail=(
+                f"{path}{side(self.device, target)}; heard from "
+                + ", ".join(f"{d}{side(self.device, d)}" for d in heard))))
+        elif not self.heard[target]:
             self.run.problem(DmaProblem("remote_before_barrier", eqn, detail=path))
-        for was_target, was_sem, was_dst, was_box, heard, earlier in reversed(self.sent):
+        send = (self.run.key(self.device, refs.send_sem), refs.send_sem_box)
+        for was_target, was_sem, was_dst, was_box, heard, earlier, was_send in reversed(
+                self.sent):
             if was_target != target or heard != self.heard[target]:
                 continue
             if was_dst == dst_key and _overlap(was_box, refs.dst_box):
                 self.run.problem(DmaProblem("remote_overwrite", eqn, earlier, path))
                 break
             if was_sem == (sem_key, refs.sem_box):
-                self.run.problem(DmaProblem("remote_shared_semaphore", eqn, earlier, path))
+                # one receive semaphore, and send semaphores that change from copy to
+                # copy (slots of one array): the two are in each other's place
+                swapped = was_send[0] == send[0] and was_send[1] != send[1]
+                self.run.problem(DmaProblem(
+                    "remote_semaphores_swapped" if swapped else "remote_shared_semaphore",
+                    eqn, earlier, path))
                 break
         self.sent.append((target, (sem_key, refs.sem_box), dst_key, refs.dst_box,
-                          self.heard[target], eqn))
+                          self.heard[target], eqn, send))
 
     def leftovers(self) -> list:
         """What is still owed when every device has finished: copies never waited (on
         the sending side, or where they landed) and signals never waited for."""
         found = []
         for copy in self.in_flight:
+            if copy.send:   # waited where it landed (wait_recv), never where it left
+                found.append(DmaProblem("remote_send_not_waited", copy.eqn))
+                continue
             kind = "dma_not_received" if copy.sender is not None else "dma_not_waited"
             found.append(self._misnamed(copy) or DmaProblem(kind, copy.eqn))
         for (key, _), queue in self.counts.items():
@@ -858,13 +875,13 @@ class MeshRun:
         self.count = int(np.prod(self.sizes, dtype=np.int64)) if axes else 1
         self.refs = refs                     # per device: the kernel's refs, in order
         self.index = [{id(r): n for n, r in enumerate(mine)} for mine in refs]
+        self.problems: list[DmaProblem] = []
         self.ledgers = [MeshLedger(self, d) for d in range(self.count)]
         self.cv = threading.Condition()
         self.turn, self.over, self.failure = 0, False, None
         self.state = ["ready"] * self.count   # ready, running, blocked, done
         self.woken = [False] * self.count
         self.waiting: list = [None] * self.count   # what a blocked device waits for
-        self.problems: list[DmaProblem] = []
 
     @property
     def followed(self) -> bool:
@@ -887,6 +904,14 @@ class MeshRun:
 
     def space(self, ref) -> str:
         return jaxcompat.memory_space(getattr(ref, "aval", None))
+
+    def side(self, device: int, other: int) -> str:
+        """" (left)", " (right)" or " (itself)": where ``other`` lies from ``device`` on a
+        ring (a 1-D mesh of more than two devices; "" elsewhere)."""
+        if len(self.sizes) != 1 or self.count < 3:
+            return " (itself)" if other == device else ""
+        step = (other - device) % self.count
+        return {0: " (itself)", 1: " (right)", self.count - 1: " (left)"}.get(step, "")
 
     def target(self, device: int, refs):
         """The device a remote copy or signal goes to, or None where unknown."""

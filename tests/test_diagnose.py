@@ -81,6 +81,17 @@ def test_whole_blocks_of_nan_are_unwritten(x):
     out = text(findings)
     assert "never written" in out
     assert "i\\j" in out and "✗" in out and "✓" in out
+    assert "index maps" in out
+
+
+def test_unwritten_blocks_of_a_kernel_without_a_grid_say_nothing_of_grids(x):
+    """A kernel with no grid (a pl.kernel, a pallas_call of one step that loops itself)
+    writes every block with its own stores: no grid or index map to blame."""
+    y = x.copy()
+    y[:, 128:] = np.nan
+    findings = compare(y, x, blocks=(8, 128), axes="i j", gridless=True)
+    assert kinds(findings)[0] == "unwritten"
+    assert "no grid" in findings[0].says and "index map" not in findings[0].says
 
 
 def test_all_zeros(x):
@@ -361,6 +372,17 @@ def test_out_of_bounds_shows_the_interpreter_message_without_wrappers():
                          'in iteration (1,)')
     facts = dict(explain(error, frames_in(), ROOT).facts)
     assert facts["raised"].startswith("Out-of-bounds block index (2, 0)")
+
+
+def test_an_unknown_error_inside_a_callback_shows_the_error_it_ends_with():
+    """A kernel that failed inside the interpreter: its runtime error carries a Python
+    traceback, and the error worth showing is its last line, not "Traceback"."""
+    error = RuntimeError("INTERNAL: CpuCallback error calling callback: Traceback (most "
+                         "recent call last):\n  File \"x.py\", line 3, in f\nTypeError: "
+                         "int() argument must be a string, not 'NoneType'")
+    finding = explain(error, frames_in(), ROOT)
+    assert finding.says.startswith("TypeError: int() argument")
+    assert dict(finding.facts)["raised"].startswith("TypeError: int() argument")
 
 
 def test_race_names_both_source_lines():

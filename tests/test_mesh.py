@@ -36,7 +36,7 @@ def neighbours(axis):
 
 
 def ring(x_ref, o_ref, send_sem, recv_sem, *, barrier=True, signals=1, waits=1,
-         copies=1, wait=True, recv_sems=False):
+         copies=1, wait=True, recv_sems=False, to="right"):
     """Sends x to the right neighbour's o (copies times, into the same window), after a
     barrier where the left neighbour is told (signals times) and the right one's word
     waited for (waits times)."""
@@ -49,23 +49,25 @@ def ring(x_ref, o_ref, send_sem, recv_sem, *, barrier=True, signals=1, waits=1,
     for i in range(copies):
         copy = pltpu.make_async_remote_copy(
             x_ref, o_ref, send_sem, recv_sem.at[i] if recv_sems else recv_sem,
-            device_id=(right,))
+            device_id=(right if to == "right" else left,))
         copy.start()
-        if wait:
+        if wait == "recv":
+            copy.wait_recv()
+        elif wait:
             copy.wait()
         else:
             copy.wait_send()
 
 
-def shifted(x, *, copies=1, recv_sems=False, **options):
-    recv = pltpu.SemaphoreType.DMA((copies,)) if recv_sems else pltpu.SemaphoreType.DMA
+def shifted(x, *, copies=1, recv_sems=False, collective_id=0, slots=None, **options):
+    recv = pltpu.SemaphoreType.DMA((slots or copies,)) if recv_sems else pltpu.SemaphoreType.DMA
     return pl.pallas_call(
         functools.partial(ring, copies=copies, recv_sems=recv_sems, **options),
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
         in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
         out_specs=pl.BlockSpec(memory_space=pl.ANY),
         scratch_shapes=[pltpu.SemaphoreType.DMA, recv],
-        compiler_params=pltpu.CompilerParams(collective_id=0))(x)
+        compiler_params=pltpu.CompilerParams(collective_id=collective_id))(x)
 
 
 def on_mesh(**options):
@@ -109,6 +111,10 @@ def test_lax_axis_index_is_each_devices_own():
 
 @pytest.mark.parametrize("options, kind, line", [
     ({"barrier": False}, "remote_before_barrier", "copy.start()"),
+    ({"to": "left"}, "remote_unheard", "copy.start()"),
+    ({"wait": "recv"}, "remote_send_not_waited", "copy.start()"),
+    # a problem of one device's own (here a semaphore past the end) is the mesh's too
+    ({"copies": 2, "recv_sems": True, "slots": 1}, "dma_out_of_bounds", "copy.start()"),
     ({"waits": 2}, "semaphore_never_signalled", "pl.semaphore_wait(sem, waits)"),
     ({"copies": 2}, "remote_overwrite", "copy.start()"),
     ({"copies": 2, "wait": False}, "remote_overwrite", "copy.start()"),
@@ -122,9 +128,55 @@ def test_a_remote_copy_or_signal_out_of_order_is_named_with_its_line(options, ki
     assert finding.kind == kind
     assert line in dict(finding.facts)["signals" if kind == "semaphore_left" else
                                        "waits" if "wait" in line else "started"]
+    if kind == "remote_unheard":   # the barrier heard from the right, the copy goes left
+        assert dict(finding.facts)["devices"] == "3 → 2 (left); heard from 0 (right)"
+
+
+def test_a_barrier_without_a_collective_id_is_named_with_its_line_before_the_run():
+    with pytest.raises(Diagnosed) as failed:
+        on_mesh(collective_id=None)
+    finding = failed.value.findings()[0]
+    assert finding.kind == "no_collective_id"
+    assert "pltpu.get_barrier_semaphore()" in dict(finding.facts)["barrier"]
+    assert "collective_id=0" in finding.says
+
+
+def test_a_store_into_an_hbm_ref_is_named_with_its_line_before_the_run():
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1.0   # both stay in HBM: only copies reach them
+
+    def call(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                              out_specs=pl.BlockSpec(memory_space=pl.ANY))(x)
+
+    with pytest.raises(Diagnosed) as failed:
+        measure(call, np.ones((ROWS, D), np.float32), structure=None)
+    finding = failed.value.findings()[0]
+    assert finding.kind == "hbm_ref_access"
+    assert "o_ref[...] = x_ref[...] + 1.0" in dict(finding.facts)["reads"]
+
+
+def test_an_error_inside_the_interpreter_is_raised_by_the_run_itself():
+    """The run waits for its results: a kernel that fails inside the interpreter's
+    callbacks fails the run (the learner's), not the kit's first read of the output."""
+    from pytest_pallas_hints import program
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:DEVICES]), ("x",))
+    x = np.ones((DEVICES * ROWS, D), np.float32)
+    fn = jax.shard_map(functools.partial(shifted, collective_id=None), mesh=mesh,
+                       in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    with jax.set_mesh(mesh):
+        traced = program.trace(fn, (x,), {})
+        with pytest.raises(Exception, match="get_barrier_semaphore|NoneType"):
+            program.execute(traced, (x,))
+    jaxcompat.reset_interpreter()
+    jaxcompat.drop_failed_tokens()
 
 
 def test_two_copies_on_one_receive_semaphore_are_named_and_one_each_passes():
+    """Send semaphores that change from copy to copy while the receive one stays: the
+    two are named as swapped."""
     def copies_into_two_windows(x_ref, o_ref, send_sem, recv_sems, *, shared):
         left, right = neighbours("x")
         sem = pltpu.get_barrier_semaphore()
@@ -132,9 +184,11 @@ def test_two_copies_on_one_receive_semaphore_are_named_and_one_each_passes():
         pl.semaphore_wait(sem, 1)
         for i in range(2):
             half = pl.ds(i * ROWS // 2, ROWS // 2)
+            send, recv = send_sem, recv_sems.at[0 if shared else i]
+            if shared == "swapped":   # the receive slots in the send place, and back
+                send, recv = recv_sems.at[i], send_sem
             copy = pltpu.make_async_remote_copy(
-                x_ref.at[half], o_ref.at[half], send_sem,
-                recv_sems.at[0 if shared else i], device_id=(right,))
+                x_ref.at[half], o_ref.at[half], send, recv, device_id=(right,))
             copy.start()
             copy.wait()
 
@@ -149,14 +203,15 @@ def test_two_copies_on_one_receive_semaphore_are_named_and_one_each_passes():
 
     mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:DEVICES]), ("x",))
     x = np.ones((DEVICES * ROWS, D), np.float32)
-    for shared in (True, False):
+    for shared in (True, "swapped", False):
         fn = jax.shard_map(functools.partial(call, shared=shared), mesh=mesh,
                            in_specs=P("x"), out_specs=P("x"), check_vma=False)
         with jax.set_mesh(mesh):
             if shared:
                 with pytest.raises(Diagnosed) as failed:
                     measure(fn, x, structure=None)
-                assert failed.value.kind == "remote_shared_semaphore"
+                assert failed.value.kind == ("remote_semaphores_swapped" if shared == "swapped"
+                                             else "remote_shared_semaphore")
             else:
                 assert not measure(fn, x, structure=None).steps[0].dma_problems
 
