@@ -105,8 +105,77 @@ def kit_step(step: str):
 
 # ------------------------------------------------------------------- running ---
 
+class _OutputBlocks:
+    """What the walk of a measured program says about its operands' blocks: which each
+    step visits, which a store reached (Measured's, split off for length)."""
+
+    def block_indices(self, block) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """Per run of the kernel ``block`` belongs to (one of ``blocks_from``'s, or one of
+        ``site.call.blocks``), its grid steps [steps, grid rank] in the order the grid
+        runs them and the block indices [steps, dims] its index map names at each, with
+        the scalar-prefetch values of that run. None when the index map cannot be
+        followed."""
+        try:
+            found = []
+            for run in self.executed:
+                if any(b is block for b in run.site.call.blocks):
+                    steps = walk.grid_steps(run.site.call.grid)
+                    found.append((steps, walk.index_maps(block, steps, run.prefetch)))
+            return found
+        except Exception:   # an index map the walk cannot evaluate: not known
+            return None
+
+    def stored_blocks(self, block) -> set[tuple] | None:
+        """The block indices of ``block`` (a kernel's output operand, one of
+        ``site.call.blocks``) that some grid step stored into, by a store or a DMA, from
+        the walk of its kernel; a store under a condition the walk cannot decide counts
+        as made. None when the walk or the index map cannot be followed."""
+        try:
+            runs = [(run, counts) for run, counts in zip(self.executed, self.steps)
+                    if any(b is block for b in run.site.call.blocks)]
+            stored = set()
+            for run, counts in runs:
+                call = run.site.call
+                operand = call.num_prefetch + next(k for k, b in enumerate(call.blocks)
+                                                   if b is block)
+                points = [point for point, op in counts.stores if op == operand]
+                if points:
+                    steps = np.array(points, np.int64).reshape(len(points), -1)
+                    stored |= {tuple(int(i) for i in row)
+                               for row in walk.index_maps(block, steps, run.prefetch)}
+            return stored
+        except Exception:   # uncountable, or work accounting missing: not known
+            return None
+
+    def stores_an_output(self) -> bool | None:
+        """Whether any grid step of any kernel stored into an output (a store or a DMA,
+        from the walk; one under a condition the walk cannot decide counts); None when
+        not known."""
+        try:
+            for run, counts in zip(self.executed, self.steps):
+                call = run.site.call
+                outputs = {call.num_prefetch + k for k, b in enumerate(call.blocks)
+                           if not b.is_input}
+                if any(op in outputs for _, op in counts.stores):
+                    return True
+            return False
+        except Exception:   # uncountable, or work accounting missing: not known
+            return None
+
+    def _operands_from(self, array) -> list:
+        import jax
+
+        leaves = jax.tree_util.tree_leaves(self.args)
+        positions = {n for n, leaf in enumerate(leaves) if leaf is array}
+        if array is not None and not positions:
+            raise KitError("finding an operand", ValueError(
+                "the array is not one of the arguments the function was measured with"))
+        return [(site, n) for site in self.program.sites for n, inputs in enumerate(site.inputs)
+                if (inputs & positions if array is not None else not inputs)]
+
+
 @dataclasses.dataclass
-class Measured:
+class Measured(_OutputBlocks):
     """One run of a learner function: its output, and what its kernels did."""
     output: object
     program: program.Program
@@ -203,70 +272,6 @@ class Measured:
                                             "copy of yours reads (an index it cannot know).")
                     copied[tuple(slice(lo, hi) for lo, hi in box)] += 1
         return copied
-
-    def block_indices(self, block) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        """Per run of the kernel ``block`` belongs to (one of ``blocks_from``'s, or one of
-        ``site.call.blocks``), its grid steps [steps, grid rank] in the order the grid
-        runs them and the block indices [steps, dims] its index map names at each, with
-        the scalar-prefetch values of that run. None when the index map cannot be
-        followed."""
-        try:
-            found = []
-            for run in self.executed:
-                if any(b is block for b in run.site.call.blocks):
-                    steps = walk.grid_steps(run.site.call.grid)
-                    found.append((steps, walk.index_maps(block, steps, run.prefetch)))
-            return found
-        except Exception:   # an index map the walk cannot evaluate: not known
-            return None
-
-    def stored_blocks(self, block) -> set[tuple] | None:
-        """The block indices of ``block`` (a kernel's output operand, one of
-        ``site.call.blocks``) that some grid step stored into, by a store or a DMA, from
-        the walk of its kernel; a store under a condition the walk cannot decide counts
-        as made. None when the walk or the index map cannot be followed."""
-        try:
-            runs = [(run, counts) for run, counts in zip(self.executed, self.steps)
-                    if any(b is block for b in run.site.call.blocks)]
-            stored = set()
-            for run, counts in runs:
-                call = run.site.call
-                operand = call.num_prefetch + next(k for k, b in enumerate(call.blocks)
-                                                   if b is block)
-                points = [point for point, op in counts.stores if op == operand]
-                if points:
-                    steps = np.array(points, np.int64).reshape(len(points), -1)
-                    stored |= {tuple(int(i) for i in row)
-                               for row in walk.index_maps(block, steps, run.prefetch)}
-            return stored
-        except Exception:   # uncountable, or work accounting missing: not known
-            return None
-
-    def stores_an_output(self) -> bool | None:
-        """Whether any grid step of any kernel stored into an output (a store or a DMA,
-        from the walk; one under a condition the walk cannot decide counts); None when
-        not known."""
-        try:
-            for run, counts in zip(self.executed, self.steps):
-                call = run.site.call
-                outputs = {call.num_prefetch + k for k, b in enumerate(call.blocks)
-                           if not b.is_input}
-                if any(op in outputs for _, op in counts.stores):
-                    return True
-            return False
-        except Exception:   # uncountable, or work accounting missing: not known
-            return None
-
-    def _operands_from(self, array) -> list:
-        import jax
-
-        leaves = jax.tree_util.tree_leaves(self.args)
-        positions = {n for n, leaf in enumerate(leaves) if leaf is array}
-        if array is not None and not positions:
-            raise KitError("finding an operand", ValueError(
-                "the array is not one of the arguments the function was measured with"))
-        return [(site, n) for site in self.program.sites for n, inputs in enumerate(site.inputs)
-                if (inputs & positions if array is not None else not inputs)]
 
     @functools.cached_property
     def remote_bytes(self) -> int:

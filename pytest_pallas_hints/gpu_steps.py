@@ -239,7 +239,43 @@ class _Block:
         return self
 
 
-class _Thread:
+class _Loops:
+    """A thread's loops (while and scan), stepped on their integers (_Thread's, split off
+    for length)."""
+
+    def _while(self, eqn, ins):
+        params = eqn.params
+        cond, cond_consts = jaxcompat.open_jaxpr(params["cond_jaxpr"])
+        body, body_consts = jaxcompat.open_jaxpr(params["body_jaxpr"])
+        cn, bn = params["cond_nconsts"], params["body_nconsts"]
+        cargs, bargs, carry = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
+        step = 0
+        while True:
+            go = yield from self._call(cond, cond_consts, [*cargs, *carry])
+            if go[0] is None:
+                raise _Unknown("a loop bound that is not known")
+            if not go[0]:
+                return carry
+            self.steps.append(step)
+            carry = yield from self._call(body, body_consts, [*bargs, *carry])
+            self.steps.pop()
+            step += 1
+
+    def _scan(self, eqn, ins):
+        params = eqn.params
+        body, consts = jaxcompat.open_jaxpr(params["jaxpr"])
+        nc, ncarry = jaxcompat.scan_layout(eqn)
+        fixed, carry, xs = ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]
+        steps = range(params["length"])
+        for step in (reversed(steps) if params.get("reverse") else steps):
+            self.steps.append(step)
+            out = yield from self._call(body, consts, [*fixed, *carry, *([None] * len(xs))])
+            self.steps.pop()
+            carry = out[:ncarry]
+        return [*carry, *([None] * (len(eqn.outvars) - ncarry))]
+
+
+class _Thread(_Loops):
     """One Pallas thread of a block, run as a coroutine that yields (the barrier_wait,
     its barrier key, the completion it needs, the loop steps) while it is blocked."""
 
@@ -331,37 +367,6 @@ class _Thread:
                 outs = [None] * len(eqn.outvars)
             for var, value in zip(eqn.outvars, outs):
                 env[var] = value
-
-    def _while(self, eqn, ins):
-        params = eqn.params
-        cond, cond_consts = jaxcompat.open_jaxpr(params["cond_jaxpr"])
-        body, body_consts = jaxcompat.open_jaxpr(params["body_jaxpr"])
-        cn, bn = params["cond_nconsts"], params["body_nconsts"]
-        cargs, bargs, carry = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
-        step = 0
-        while True:
-            go = yield from self._call(cond, cond_consts, [*cargs, *carry])
-            if go[0] is None:
-                raise _Unknown("a loop bound that is not known")
-            if not go[0]:
-                return carry
-            self.steps.append(step)
-            carry = yield from self._call(body, body_consts, [*bargs, *carry])
-            self.steps.pop()
-            step += 1
-
-    def _scan(self, eqn, ins):
-        params = eqn.params
-        body, consts = jaxcompat.open_jaxpr(params["jaxpr"])
-        nc, ncarry = jaxcompat.scan_layout(eqn)
-        fixed, carry, xs = ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]
-        steps = range(params["length"])
-        for step in (reversed(steps) if params.get("reverse") else steps):
-            self.steps.append(step)
-            out = yield from self._call(body, consts, [*fixed, *carry, *([None] * len(xs))])
-            self.steps.pop()
-            carry = out[:ncarry]
-        return [*carry, *([None] * (len(eqn.outvars) - ncarry))]
 
     # -- the tensor core and the TMA engine
     def _wgmma(self, eqn, ins):

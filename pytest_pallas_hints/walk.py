@@ -697,7 +697,44 @@ class _Stop(BaseException):
     failure on another device)."""
 
 
-class MeshLedger(Ledger):
+class _TargetCheck:
+    """Whether a remote copy may write into its target yet (MeshLedger's, split off for
+    length)."""
+
+    def _check_target(self, target, sem_key, dst_key, refs, eqn) -> None:
+        """A copy into another device: that device must have said it is in the kernel
+        (the barrier), and must have said something since this device's last copy into
+        the same window or onto the same receive semaphore (that it has read it)."""
+        path = f"{self.device} → {target}"
+        heard = [d for d, words in enumerate(self.heard) if words]
+        if not self.heard[target] and heard:   # a barrier, with other devices than this
+            side = self.run.side
+            self.run.problem(DmaProblem("remote_unheard", eqn, detail=(
+                f"{path}{side(self.device, target)}; heard from "
+                + ", ".join(f"{d}{side(self.device, d)}" for d in heard))))
+        elif not self.heard[target]:
+            self.run.problem(DmaProblem("remote_before_barrier", eqn, detail=path))
+        send = (self.run.key(self.device, refs.send_sem), refs.send_sem_box)
+        for was_target, was_sem, was_dst, was_box, heard, earlier, was_send in reversed(
+                self.sent):
+            if was_target != target or heard != self.heard[target]:
+                continue
+            if was_dst == dst_key and _overlap(was_box, refs.dst_box):
+                self.run.problem(DmaProblem("remote_overwrite", eqn, earlier, path))
+                break
+            if was_sem == (sem_key, refs.sem_box):
+                # one receive semaphore, and send semaphores that change from copy to
+                # copy (slots of one array): the two are in each other's place
+                swapped = was_send[0] == send[0] and was_send[1] != send[1]
+                self.run.problem(DmaProblem(
+                    "remote_semaphores_swapped" if swapped else "remote_shared_semaphore",
+                    eqn, earlier, path))
+                break
+        self.sent.append((target, (sem_key, refs.sem_box), dst_key, refs.dst_box,
+                          self.heard[target], eqn, send))
+
+
+class MeshLedger(_TargetCheck, Ledger):
     """The DMA ledger of one device of a mesh, walked beside the others (``MeshRun``).
 
     A remote copy is two copies in flight: its sending side on this device's send
@@ -810,38 +847,6 @@ class MeshLedger(Ledger):
         if copy.sender is not None:
             self.heard[copy.sender] += 1
 
-    def _check_target(self, target, sem_key, dst_key, refs, eqn) -> None:
-        """A copy into another device: that device must have said it is in the kernel
-        (the barrier), and must have said something since this device's last copy into
-        the same window or onto the same receive semaphore (that it has read it)."""
-        path = f"{self.device} → {target}"
-        heard = [d for d, words in enumerate(self.heard) if words]
-        if not self.heard[target] and heard:   # a barrier, with other devices than this
-            side = self.run.side
-            self.run.problem(DmaProblem("remote_unheard", eqn, detail=(
-                f"{path}{side(self.device, target)}; heard from "
-                + ", ".join(f"{d}{side(self.device, d)}" for d in heard))))
-        elif not self.heard[target]:
-            self.run.problem(DmaProblem("remote_before_barrier", eqn, detail=path))
-        send = (self.run.key(self.device, refs.send_sem), refs.send_sem_box)
-        for was_target, was_sem, was_dst, was_box, heard, earlier, was_send in reversed(
-                self.sent):
-            if was_target != target or heard != self.heard[target]:
-                continue
-            if was_dst == dst_key and _overlap(was_box, refs.dst_box):
-                self.run.problem(DmaProblem("remote_overwrite", eqn, earlier, path))
-                break
-            if was_sem == (sem_key, refs.sem_box):
-                # one receive semaphore, and send semaphores that change from copy to
-                # copy (slots of one array): the two are in each other's place
-                swapped = was_send[0] == send[0] and was_send[1] != send[1]
-                self.run.problem(DmaProblem(
-                    "remote_semaphores_swapped" if swapped else "remote_shared_semaphore",
-                    eqn, earlier, path))
-                break
-        self.sent.append((target, (sem_key, refs.sem_box), dst_key, refs.dst_box,
-                          self.heard[target], eqn, send))
-
     def leftovers(self) -> list:
         """What is still owed when every device has finished: copies never waited (on
         the sending side, or where they landed) and signals never waited for."""
@@ -860,7 +865,45 @@ class MeshLedger(Ledger):
         return found
 
 
-class MeshRun:
+class _Scheduling:
+    """Which device runs next, and which wait on which (MeshRun's, split off for length)."""
+
+    def wake(self, device: int) -> None:
+        with self.cv:
+            self.woken[device] = True
+
+    def block(self, device: int, waiting) -> None:
+        """Device ``device`` waits for what another may still send: the turn goes on."""
+        with self.cv:
+            if not self.followed:
+                return
+            self.state[device], self.woken[device] = "blocked", False
+            self.waiting[device] = waiting
+            self._hand_on(device)
+            while self.turn != device and not self.over:
+                self.cv.wait()
+            if self.over:
+                raise _Stop()
+            self.state[device] = "running"
+
+    def _hand_on(self, device: int) -> None:
+        """(holding cv) The next device that can run, in device order after ``device``;
+        if every device left is waiting, the walk is over: the first wait is named."""
+        for step in range(1, self.count + 1):
+            other = (device + step) % self.count
+            if self.state[other] == "ready" or (self.state[other] == "blocked"
+                                                and self.woken[other]):
+                self.turn = other
+                self.cv.notify_all()
+                return
+        stuck = [d for d in range(self.count) if self.state[d] == "blocked"]
+        if stuck:
+            self.problems.append(self.waiting[stuck[0]]())
+            self.over = True
+        self.cv.notify_all()
+
+
+class MeshRun(_Scheduling):
     """Every device of one kernel's mesh, walked together, one at a time: a device
     runs until it waits for something no device has sent yet, then hands the turn on
     (in device order). The order cannot change a verdict: a device's semaphores are
@@ -948,40 +991,6 @@ class MeshRun:
                 ledger.in_flight = []
             self.woken = [True] * self.count
             self.cv.notify_all()
-
-    def wake(self, device: int) -> None:
-        with self.cv:
-            self.woken[device] = True
-
-    def block(self, device: int, waiting) -> None:
-        """Device ``device`` waits for what another may still send: the turn goes on."""
-        with self.cv:
-            if not self.followed:
-                return
-            self.state[device], self.woken[device] = "blocked", False
-            self.waiting[device] = waiting
-            self._hand_on(device)
-            while self.turn != device and not self.over:
-                self.cv.wait()
-            if self.over:
-                raise _Stop()
-            self.state[device] = "running"
-
-    def _hand_on(self, device: int) -> None:
-        """(holding cv) The next device that can run, in device order after ``device``;
-        if every device left is waiting, the walk is over: the first wait is named."""
-        for step in range(1, self.count + 1):
-            other = (device + step) % self.count
-            if self.state[other] == "ready" or (self.state[other] == "blocked"
-                                                and self.woken[other]):
-                self.turn = other
-                self.cv.notify_all()
-                return
-        stuck = [d for d in range(self.count) if self.state[d] == "blocked"]
-        if stuck:
-            self.problems.append(self.waiting[stuck[0]]())
-            self.over = True
-        self.cv.notify_all()
 
     def walk(self, call, jaxpr, per_device: list) -> None:
         """Walks ``jaxpr`` over the grid on every device (``per_device``: its Counts)."""
