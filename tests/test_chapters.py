@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_pallas_hints import catalogue
+from tests.conftest import unverifiable_puzzles
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,7 +47,10 @@ def test_every_stub_is_reported_not_started(kit, chapter_name):
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert "Traceback" not in out and "NotImplementedError" not in out
     source = (ROOT / "exercises" / f"{name}.py").read_text().splitlines()
+    cannot = unverifiable_puzzles()
     for puzzle in KIT[name].puzzles:
+        if puzzle.id in cannot:   # this JAX lacks what it needs: never started nor passed
+            continue
         match = re.search(rf"^· {re.escape(puzzle.id)} +not started — edit "
                           rf"exercises/{name}\.py(:\d+ \w+\(\).*)$", out, re.M)
         assert match, f"{puzzle.id} is not reported as not started"
@@ -63,10 +67,11 @@ def test_every_reference_passes(kit, chapter_name):
         return assert_cannot_be_verified(result, name)
     outcomes = result.parseoutcomes()
     total = len(KIT[name].puzzles)
+    verified = total - sum(p.id in unverifiable_puzzles() for p in KIT[name].puzzles)
     assert result.ret == pytest.ExitCode.OK
     assert "failed" not in outcomes and "errors" not in outcomes
-    assert outcomes["passed"] >= 2 * total  # two shape configs per puzzle at least
-    assert re.search(rf"^  {name} +█+ +{total}/{total} ", result.stdout.str(), re.M)
+    assert outcomes["passed"] >= 2 * verified  # two shape configs per puzzle at least
+    assert re.search(rf"^  {name} +[█░]+ +{verified}/{total} ", result.stdout.str(), re.M)
 
 
 def test_every_known_mistake_fails_with_its_diagnosis(kit, mistake):
@@ -77,7 +82,7 @@ def test_every_known_mistake_fails_with_its_diagnosis(kit, mistake):
     chapter, name = puzzle.split(".")
     result = kit.run(f"exercises/test_{chapter}.py", "--reference", "--pallas-patch",
                      str(path), "-k", name)
-    if unverifiable(chapter):
+    if unverifiable(chapter) or puzzle in unverifiable_puzzles():
         return assert_cannot_be_verified(result, chapter)
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED, f"{path.name} passed its tests"

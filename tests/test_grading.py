@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_pallas_hints import catalogue, classroom
+from tests.conftest import unverifiable_puzzles
 
 ROOT = Path(__file__).resolve().parent.parent
 KIT = catalogue.load(ROOT)
@@ -32,27 +33,12 @@ TEST_FIELDS = {"name": str, "status": str, "score": int, "message": str, "test_c
                "filename": str, "line_no": int, "duration": float}
 
 
-def unverifiable_here() -> dict[str, str]:
-    """Puzzle id -> the feature this JAX lacks to verify it (hopper's Mosaic GPU
-    interpret mode, collectives.shift_add's pl.kernel: both JAX >= 0.11)."""
-    from pytest_pallas_hints import jaxcompat
-
-    found = {}
-    if jaxcompat.gpu_interpret_missing("kernels"):
-        found.update({p.id: jaxcompat.GPU_INTERPRET for p in KIT["hopper"].puzzles})
-    try:
-        jaxcompat.require("pl.kernel over a TensorCoreMesh")
-    except jaxcompat.CannotVerify:
-        found["collectives.shift_add"] = "pl.kernel over a TensorCoreMesh"
-    return found
-
-
 def test_reference_run_gets_full_marks_with_the_kit_total_as_max(kit):
     """Every puzzle this JAX can verify passes with full marks; one it cannot (older
     JAX) is never passed: 0 points, the feature named, the run's status "fail"."""
     result = classroom_result(kit, "exercises", "--reference", "-n", "2")
     assert set(result) == {"version", "status", "max_score", "tests"}
-    cannot = unverifiable_here()
+    cannot = unverifiable_puzzles()
     assert result["version"] == 1 and result["status"] == ("fail" if cannot else "pass")
     assert result["max_score"] == TOTAL
     puzzles = catalogue.puzzles(KIT)
@@ -78,7 +64,7 @@ def test_reference_run_gets_full_marks_with_the_kit_total_as_max(kit):
 def test_untouched_stubs_score_zero_and_say_not_started(kit):
     result = classroom_result(kit, "exercises", "-n", "2")
     assert result["status"] == "fail" and result["max_score"] == TOTAL
-    cannot = unverifiable_here()
+    cannot = unverifiable_puzzles()
     for test in result["tests"]:
         assert (test["status"], test["score"]) == ("fail", 0)
         if test["name"].split(" · ")[0] in cannot:
