@@ -826,6 +826,52 @@ def set_interpret_mode(on: bool) -> None:
     from jax.experimental.pallas import tpu as pltpu
 
     pltpu.set_tpu_interpret_mode(interpret_params() if on else None)
+    if on:
+        defer_gpu_interpreter()
+
+
+GPU_INTERPRETER = "jax._src.pallas.mosaic_gpu.interpret.interpret_pallas_call"
+
+
+def defer_gpu_interpreter() -> None:
+    """JAX imports its Mosaic GPU interpreter whenever it lowers any kernel in interpret
+    mode, only to ask whether the kernel's params are that interpreter's (0.2 s, a third
+    of a basics test on a laptop). A stand-in takes the module's place until one of its
+    names is used (a Mosaic GPU kernel, interpreted), which loads it whole. Where the
+    module is loaded already, or this JAX has none, nothing changes."""
+    import importlib.util
+
+    if GPU_INTERPRETER in sys.modules:
+        return
+    try:
+        spec = importlib.util.find_spec(GPU_INTERPRETER)
+    except ImportError:
+        return
+    if spec is None:
+        return
+    package, _, name = GPU_INTERPRETER.rpartition(".")
+    stand_in = _Deferred(GPU_INTERPRETER)
+    stand_in.__spec__ = spec
+    sys.modules[GPU_INTERPRETER] = stand_in
+    setattr(sys.modules[package], name, stand_in)
+
+
+class _Deferred(type(sys)):
+    """A module not loaded yet: the first name asked of it loads the real one (which
+    then replaces it in sys.modules and in its package) and answers from it."""
+
+    def __getattr__(self, attribute):
+        import importlib
+
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        package, _, name = self.__name__.rpartition(".")
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        real = importlib.import_module(self.__name__)
+        setattr(sys.modules[package], name, real)
+        self.__dict__.update(real.__dict__)
+        return getattr(real, attribute)
 
 
 def interpret_params():

@@ -128,3 +128,39 @@ def test_remote_dmas_are_probed_by_the_tests_that_need_them(monkeypatch):
     monkeypatch.setenv(jaxcompat.MISSING_ENV, "remote DMAs")
     with pytest.raises(jaxcompat.CannotVerify, match="remote DMAs is not available"):
         jaxcompat.require("remote DMAs")
+
+
+def test_the_gpu_interpreter_is_loaded_only_when_a_kernel_needs_it():
+    """JAX imports its Mosaic GPU interpreter on every interpret-mode lowering (0.2 s a
+    process); the kit defers it until one of its names is used, and then it is whole."""
+    import subprocess
+    import sys
+
+    program = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.experimental import pallas as pl
+from pytest_pallas_hints import jaxcompat, runtime
+
+runtime.use_interpret_mode(True)
+def kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] + 1
+x = np.zeros((8, 128), np.float32)
+out = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+assert float(np.asarray(out).min()) == 1.0
+name = jaxcompat.GPU_INTERPRETER
+print(type(sys.modules[name]).__name__ if name in sys.modules else "absent")
+try:
+    from jax._src.pallas.mosaic_gpu.interpret import interpret_pallas_call as deferred
+except ImportError:
+    print("absent")
+else:
+    print(callable(deferred.interpret_pallas_call), sys.modules[name] is not deferred)
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.split()
+    if lines[0] == "absent":   # a JAX without a GPU interpreter: nothing to defer
+        return
+    assert lines == ["_Deferred", "True", "True"]
