@@ -8,6 +8,8 @@ exercise file holds the solution (a learner's run after the edit that solved
 it), each beside the floor measured in the same run:
 
   floor    starting Python and importing JAX and Pallas: what any fresh process pays
+  bare     pytest running one empty test in a file that imports JAX and Pallas, without
+           the kit (`-p no:pallas_hints`): pytest's own share, before any puzzle
   pytest   `python -m pytest exercises/test_<chapter>.py -k <puzzle>`, warm (the
            compile cache primed by an earlier run): a fresh process per edit
   watch    `pallas watch`: the file is saved, the time until the verdict line is
@@ -33,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PUZZLES = [("basics", "add_one"), ("flash", "causal"), ("pipelining", "double_buffer")]
 FLOOR = "import jax; from jax.experimental import pallas; from jax.experimental.pallas import tpu"
+BARE_TEST = f"{FLOOR.replace('; ', chr(10))}\n\n\ndef test_nothing():\n    pass\n"
 
 
 def kit_copy(where: Path) -> Path:
@@ -88,24 +91,33 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
+    # A learner's Python keeps compiled bytecode (and pytest its rewritten test modules);
+    # a sandbox that switches that off would time recompiling the kit on every run.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     with tempfile.TemporaryDirectory() as tmp:
         kit = kit_copy(Path(tmp))
+        (kit / "bare").mkdir()
+        (kit / "bare" / "test_bare.py").write_text(BARE_TEST)
+        bare_command = [sys.executable, "-m", "pytest", "bare/test_bare.py", "-q",
+                        "-p", "no:pallas_hints"]
         rows = []
         for chapter, puzzle in PUZZLES:
             command = [sys.executable, "-m", "pytest", f"exercises/test_{chapter}.py", "-k",
                        puzzle, "-q", "--no-scoreboard"]
             timed(command, kit)   # primes the compile cache
-            floor, through_pytest = [], []
+            floor, bare, through_pytest = [], [], []
             for _ in range(args.runs):
                 floor.append(timed([sys.executable, "-c", FLOOR], kit))
+                bare.append(timed(bare_command, kit))
                 through_pytest.append(timed(command, kit))
             watched = watch_times(kit, chapter, puzzle, args.runs)
-            rows.append((f"{chapter}.{puzzle}", statistics.median(floor),
-                         statistics.median(through_pytest), statistics.median(watched)))
-    print(f"{'puzzle':<28}{'floor':>8}{'pytest':>9}{'x floor':>9}{'watch':>8}")
-    for name, floor, through_pytest, watched in rows:
-        print(f"{name:<28}{floor:>7.2f}s{through_pytest:>8.2f}s{through_pytest / floor:>8.2f}x"
-              f"{watched:>7.2f}s")
+            rows.append((f"{chapter}.{puzzle}", *map(statistics.median,
+                                                     (floor, bare, through_pytest, watched))))
+    print(f"{'puzzle':<28}{'floor':>8}{'bare':>8}{'x floor':>9}{'pytest':>9}{'x floor':>9}"
+          f"{'watch':>8}")
+    for name, floor, bare, through_pytest, watched in rows:
+        print(f"{name:<28}{floor:>7.2f}s{bare:>7.2f}s{bare / floor:>8.2f}x"
+              f"{through_pytest:>8.2f}s{through_pytest / floor:>8.2f}x{watched:>7.2f}s")
     print("targets: watch <= 0.50 s (basics); pytest <= 1.5x floor")
     return 0
 

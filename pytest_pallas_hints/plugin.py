@@ -123,7 +123,8 @@ def pytest_configure(config):
         raise pytest.UsageError("--reference: this copy of the kit has no reference/ "
                                 "folder (a classroom copy ships without solutions).")
     try:
-        kit = catalogue.load(root)
+        cache = getattr(config, "cache", None)   # None under -p no:cacheprovider
+        kit = catalogue.load(root, cache.mkdir("pallas-catalogue") if cache else None)
     except catalogue.CatalogueError as error:
         raise pytest.UsageError(str(error)) from None
     chapters.configure("reference" if config.getoption("reference") else "exercises",

@@ -276,15 +276,17 @@ class _Reader:
         self.imports = _Imports(words)
         self.scopes = _Scopes(tree, table, words.builtins)
         self.parent: dict[int, ast.AST] = {}
-        for node in ast.walk(tree):
+        self.nodes = [tree]   # every node, in ast.walk's order, each one's children once
+        for node in self.nodes:
             for child in ast.iter_child_nodes(node):
                 self.parent[id(child)] = node
+                self.nodes.append(child)
 
     def read(self) -> list[_Refused]:
         refusals = self.imports.read(self.tree)
         if refusals:
             return refusals  # the names below mean nothing without their imports
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             try:
                 self._node(node)
             except _Refused as refused:

@@ -338,3 +338,27 @@ def test_a_chapter_asks_for_simulated_chips_in_its_hints_file(tmp_path):
     (hints / "many.toml").write_text("[chapter]\ndevices = 0\n" + entry)
     with pytest.raises(catalogue.CatalogueError, match="devices must be a whole number"):
         catalogue.load(tmp_path)
+
+
+def test_the_parsed_catalogue_is_kept_between_runs_and_checked_on_every_load(tmp_path):
+    """Kept chapters equal freshly read ones; an edited hints file is read again; a
+    damaged kept file is ignored; what is kept is checked as if just parsed."""
+    store = tmp_path / "store"
+    store.mkdir()
+    assert catalogue.load(ROOT, store) == KIT == catalogue.load(ROOT, store)
+
+    hints = tmp_path / "exercises" / "hints"
+    hints.mkdir(parents=True)
+    entry = ('[[puzzle]]\nname = "a"\ntitle = "A"\npoints = 1\nedit = ["a"]\n'
+             'hints = ["one", "two"]\n')
+    (hints / "one.toml").write_text("[chapter]\norder = 1\n" + entry)
+    assert catalogue.load(tmp_path, store)["one"].puzzles[0].points == 1
+    (hints / "one.toml").write_text("[chapter]\norder = 1\n" + entry.replace("= 1\ne", "= 7\ne"))
+    assert catalogue.load(tmp_path, store)["one"].puzzles[0].points == 7
+    (kept,) = store.glob("*.json")
+    text = kept.read_text()
+    kept.write_text("{not json")
+    assert catalogue.load(tmp_path, store)["one"].puzzles[0].points == 7
+    kept.write_text(text.replace('"points": 7', '"points": "seven"'))
+    with pytest.raises(catalogue.CatalogueError, match="points"):
+        catalogue.load(tmp_path, store)
