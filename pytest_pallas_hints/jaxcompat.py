@@ -925,22 +925,25 @@ def without_mesh():
     return jax.set_mesh(jax.sharding.Mesh(np.empty((), dtype=object), ()))
 
 
-def with_kernel_params(eqn, **params):
-    """``eqn`` (a shard_map) with ``params`` set on every pallas_call in its body: a
-    kernel inside a shard_map is bound with the shard_map, not one by one."""
+def with_kernels(eqn, params_of):
+    """``eqn`` (a shard_map) with ``params_of(kernel)`` set on every kernel in its body
+    (nested shard_maps too): a kernel inside a shard_map is bound with the shard_map,
+    not one by one."""
     body = eqn.params.get("jaxpr")
     if not is_jaxpr(body):
         return eqn
-    return eqn.replace(params=dict(eqn.params, jaxpr=_kernels_replaced(body, params)))
+    return eqn.replace(params=dict(eqn.params, jaxpr=_kernels_replaced(body, params_of)))
 
 
-def _kernels_replaced(jaxpr, params):
+def _kernels_replaced(jaxpr, params_of):
+    if getattr(jaxpr, "jaxpr", jaxpr) is not jaxpr:   # a ClosedJaxpr
+        return jaxpr.replace(jaxpr=_kernels_replaced(jaxpr.jaxpr, params_of))
     eqns = []
     for inner in jaxpr.eqns:
         if is_kernel(inner):
-            inner = inner.replace(params=dict(inner.params, **params))
+            inner = inner.replace(params=dict(inner.params, **params_of(inner)))
         elif inner.primitive.name == "shard_map":
-            inner = with_kernel_params(inner, **params)
+            inner = with_kernels(inner, params_of)
         eqns.append(inner)
     return jaxpr.replace(eqns=eqns)
 

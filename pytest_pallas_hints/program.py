@@ -341,8 +341,8 @@ def execute(program: Program, args: tuple):
         captured = []
 
         def visit(eqn, invals):
-            if eqn is None:   # the kernels inside a shard_map: run as traced
-                return {}
+            if invals is None:   # a kernel inside a shard_map (bound with it)
+                return jaxcompat.multiplying_as_on_chip(eqn)
             site = program.sites[program._by_eqn[id(eqn)]]
             captured.append((site.index, list(invals[:site.call.num_prefetch])))
             return jaxcompat.multiplying_as_on_chip(eqn)
@@ -382,8 +382,8 @@ def lower_for_tpu(program: Program, args: tuple) -> None:
 
 def _evaluate(jaxpr, consts, args, visit) -> list:
     """Applies ``jaxpr``'s equations one by one (calls inlined); ``visit(eqn, invals)``
-    sees every pallas_call first and returns parameters to replace; ``visit(None,
-    None)``: the parameters to replace in every pallas_call inside a shard_map."""
+    sees every pallas_call first and returns parameters to replace; a kernel inside a
+    shard_map is bound with the shard_map: ``visit(kernel, None)`` for each."""
     env = dict(zip(jaxpr.constvars, consts))
     env.update(zip(jaxpr.invars, args))
 
@@ -395,8 +395,8 @@ def _evaluate(jaxpr, consts, args, visit) -> list:
         inner = jaxcompat.inlined(eqn)
         if jaxcompat.is_kernel(eqn):
             outs = jaxcompat.bind(eqn, invals, **visit(eqn, invals))
-        elif jaxcompat.shard_map_body(eqn) is not None and visit(None, None):
-            outs = jaxcompat.bind(jaxcompat.with_kernel_params(eqn, **visit(None, None)),
+        elif jaxcompat.shard_map_body(eqn) is not None:
+            outs = jaxcompat.bind(jaxcompat.with_kernels(eqn, lambda kernel: visit(kernel, None)),
                                   invals)
         elif inner is not None:
             outs = _evaluate(inner[0], inner[1], invals, visit)

@@ -267,3 +267,23 @@ def test_a_hang_the_ledger_cannot_follow_ends_at_the_time_bound_and_so_does_the_
     out = result.stdout.str()
     assert result.ret == 1 and "1 failed, 1 passed" in out, out
     assert "KernelTimeout" in out or "no result after 3 s" in out
+
+
+def test_a_kernel_in_a_shard_map_multiplies_by_a_mask_as_the_chip_does():
+    """NaN * 0 is NaN on a TPU, while XLA on a CPU turns a multiply by a 0/1 mask into a
+    select: kernels inside a shard_map run with the chip's multiply, as all others."""
+    import jax.numpy as jnp
+
+    def kernel(x_ref, o_ref):
+        keep = (lax.broadcasted_iota(jnp.int32, (ROWS, D), 0) < ROWS // 2).astype(jnp.float32)
+        o_ref[...] = x_ref[...] * keep
+
+    def call(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:DEVICES]), ("x",))
+    fn = jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    x = np.full((DEVICES * ROWS, D), np.nan, np.float32)
+    with jax.set_mesh(mesh):
+        out = np.asarray(checking.run(fn, x, structure=None))
+    assert np.isnan(out).all()
