@@ -488,7 +488,8 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
         finding = Finding("error", message, where=where)
     if finding.kind in _QUIET:
         return finding
-    if finding.kind not in _SELF_EXPLAINED:
+    # An error no pattern knows is its own diagnosis ("error"): said once, not twice.
+    if finding.kind not in _SELF_EXPLAINED and finding.kind != "error":
         finding.facts.append(("raised", message if len(message) < 300 else message[:297] + "..."))
     if finding.kind == "kernel_returns":  # point at the kernel, not at its pallas_call
         found = re.search(r"pallas_call (\w+) at (\S+\.py):(\d+)", text)
