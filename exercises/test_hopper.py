@@ -431,6 +431,42 @@ def attention_f64_heads(q, k, v, causal, kv_head):
     return attention_f64(q, k[:, heads], v[:, heads], causal)
 
 
+def check_kv_heads_read(ran, q, k, v, causal):
+    """Where query heads share K/V heads, which K/V head each query head read: the one
+    whose attention its output equals. Fails, naming them, where a head read another
+    head's K/V than n // (N // K)."""
+    N, K = q.shape[1], k.shape[1]
+    if K in (1, N):
+        return
+    yours = np.asarray(ran.output, np.float64)
+    if yours.shape != q.shape:
+        return   # the shape check says so
+
+    def read(n):
+        for j in range(K):
+            one = attention_f64(q[:, n:n + 1], k[:, j:j + 1], v[:, j:j + 1], causal)
+            if np.allclose(yours[:, n:n + 1], one.astype(q.dtype), atol=2e-2, rtol=2e-2):
+                return j
+        return None
+
+    heads = [read(n) for n in range(N)]
+    group = N // K
+    if all(j == n // group for n, j in enumerate(heads)) or \
+            all(j is None for n, j in enumerate(heads) if j != n // group):
+        return   # right, or wrong in a way no K/V head explains: check() says what
+    shown = ", ".join(f"{n}->{'?' if j is None else j}" for n, j in enumerate(heads))
+    wanted = ", ".join(f"{n}->{n // group}" for n in range(N))
+    wrong = [n for n, j in enumerate(heads) if j is not None and j != n // group]
+    fail("kv_head_mod" if all(j == n % K for n, j in enumerate(heads)) else "kv_head", (
+        f"query head{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))} read the "
+        f"K/V of another head group: the N // K = {group} query heads that share a K/V "
+        "head are consecutive, so head n reads K/V head n // (N // K), in the index maps "
+        "of k and v (and of any copy of them)."), [
+        ("heads read", f"query head -> K/V head: yours {shown} · expected {wanted}"
+                       + (" ('?': no K/V head's values; read past the K heads?)"
+                          if None in heads else ""))])
+
+
 def attention_not_rescaled(q, k, v, causal, block_kv):
     """The online softmax with acc never rescaled by alpha: acc sums each KV block's
     p @ v against the running max of its own step, l is rescaled."""
@@ -513,6 +549,7 @@ def test_attention(B, N, K, T, S, H, causal, block_q, block_kv, dtype, rng):
         "output (p stored to an SMEM tile first)."))
     check_kv_blocks_visited(ran, T=T, S=S, block_q=block_q, block_kv=block_kv,
                             causal=causal)
+    check_kv_heads_read(ran, q, k, v, causal)
     likely = {"unscaled": lambda: attention_f64(q * math.sqrt(H), k, v, causal).astype(dtype),
               "not_causal": lambda: attention_f64(q, k, v, not causal).astype(dtype),
               "acc_not_rescaled": lambda: attention_not_rescaled(q, k, v, causal, block_kv)
