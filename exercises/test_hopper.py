@@ -20,6 +20,7 @@ data moves by TMA where the puzzle says so; a pipeline keeps the number of copie
 flight you asked for; wgmma operands are laid out for the tensor core (the
 interpreter multiplies them either way, a Hopper would not).
 """
+import ast
 import functools
 import math
 import re
@@ -105,6 +106,47 @@ def check_smem_used(ran, what):
             "from there (tile[...]) for the store into o_ref."),
             [("smem", f"stored into: {'yes' if stores else 'no'} · loaded from: "
                       f"{'yes' if loads else 'no'}")])
+
+
+def kernel_parameters(ran) -> list[str]:
+    """The names of your kernel function's parameters, in order (its refs): of the
+    innermost function around the kernel's first traced line."""
+    call = kernel_of(ran)
+    try:
+        tree = ast.parse(open(call.source, encoding="utf-8").read())
+    except (OSError, SyntaxError, TypeError):
+        return []
+    around = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+              and node.lineno <= call.line <= node.end_lineno]   # its first traced line
+    if not around:
+        return []
+    inner = min(around, key=lambda node: node.end_lineno - node.lineno)
+    return [a.arg for a in inner.args.posonlyargs + inner.args.args]
+
+
+def check_copies_in_bounds(ran):
+    """Every TMA copy's GMEM window lies inside its ref and inside the .at[...] view it
+    is cut from, in every block (found on the kernel's integers, before it ran). A
+    Hopper reads zeros past the end of a ref and drops what a copy out writes there:
+    in this chapter's shapes, which the blocks divide, that is always a wrong index."""
+    found = gpu_steps.run(kernel_of(ran))
+    if found is None or not found.outside:
+        return
+    first = found.outside[0]
+    block = ", ".join(f"{axis}={index}" for axis, index in first.block.items())
+    names = kernel_parameters(ran)
+    ref = names[first.operand] if first.operand is not None and first.operand < len(names) \
+        else "the GMEM ref"
+    reading = first.copy.primitive.name == "copy_gmem_to_smem"
+    fail("tma_outside", (
+        f"a TMA copy {'reads' if reading else 'writes'} past the end of its GMEM ref (or "
+        "of the .at[...] view it is cut from): a Hopper "
+        f"{'reads zeros there' if reading else 'drops what lands there'}, GPU interpret "
+        "mode whatever lies beyond. Check the index map or the .at[...] offsets of the "
+        "copy under 'copy': each block's window is its block index times the block size, "
+        "along the axis the index is for."), [
+        ("copy", line_of(first.copy)),
+        ("window", f"{ref}: {first.where}" + (f" (block {block})" if block else ""))])
 
 
 def check_rejects(function, cases):
@@ -211,6 +253,7 @@ def test_tma(M, D, block_rows, dtype, rng):
     x = rng.normal((M, D), dtype)
     ran = measure(hopper.add_one_tma, x, block_rows=block_rows,
                   structure=TMA.where(grid=(M // block_rows,)))
+    check_copies_in_bounds(ran)
     check_by_tma_only(ran)
     check_smem_tile(ran, (block_rows, D), "the block")
     check(ran, x + np.asarray(1, dtype), blocks=(block_rows, None), axes="M D",
@@ -241,6 +284,7 @@ def test_pipeline(L, M, D, block_rows, max_concurrent_steps, dtype, rng):
                   max_concurrent_steps=max_concurrent_steps,
                   structure=GPU.where(inside={"emit_pipeline", "add"},
                                       grid=(M // block_rows,)))
+    check_copies_in_bounds(ran)
     check_pipeline(ran, slots=min(max_concurrent_steps, L), buffers=1,
                    what="x's (block_rows, D) slabs, one per step")
     slabs = x.astype(np.float64)
@@ -332,6 +376,7 @@ def test_matmul(M, K, N, tiles, max_concurrent_steps, dtype, rng):
                   max_concurrent_steps=max_concurrent_steps,
                   structure=GPU.where(inside={"wgmma_ref", "emit_pipeline"},
                                       grid=(M // tile_m, N // tile_n)))
+    check_copies_in_bounds(ran)
     found = gpu_steps.run(kernel_of(ran))   # one wgmma per K step, in every block
     steps = sorted(set(found.wgmmas.values())) if found is not None else []
     if steps and steps != [K // tile_k]:
@@ -384,6 +429,7 @@ def test_warpgroups(S, D, block_rows, dtype, rng):
                   structure=GPU.where(threads=2, inside={
                       "axis_index", "copy_gmem_to_smem", "barrier_wait", "barrier_arrive",
                       "add"}))
+    check_copies_in_bounds(ran)
     check_smem_tile(ran, (2, block_rows, D), "the two slots of the ring")
     check(ran, x + np.asarray(1, dtype), blocks=(block_rows, None), axes="S D",
           likely={"not_added": x})
@@ -550,6 +596,7 @@ def test_attention(B, N, K, T, S, H, causal, block_q, block_kv, dtype, rng):
     check_kv_blocks_visited(ran, T=T, S=S, block_q=block_q, block_kv=block_kv,
                             causal=causal)
     check_kv_heads_read(ran, q, k, v, causal)
+    check_copies_in_bounds(ran)
     likely = {"unscaled": lambda: attention_f64(q * math.sqrt(H), k, v, causal).astype(dtype),
               "not_causal": lambda: attention_f64(q, k, v, not causal).astype(dtype),
               "acc_not_rescaled": lambda: attention_not_rescaled(q, k, v, causal, block_kv)

@@ -542,9 +542,12 @@ def line_of(eqn) -> str:
 def _line_of(eqn, sources) -> str:
     from pathlib import Path
 
-    if eqn.primitive.name.startswith("dma") and jaxcompat.from_emit_pipeline(eqn):
-        return ("a copy that pltpu.emit_pipeline makes for one of its BlockSpecs: check "
-                "their block shapes and index maps (block indices, not element offsets)")
+    name = eqn.primitive.name
+    if (name.startswith("dma") or name in ("copy_gmem_to_smem", "copy_smem_to_gmem")) \
+            and jaxcompat.from_emit_pipeline(eqn):
+        return (f"a copy that {'pltpu' if name.startswith('dma') else 'plgpu'}.emit_pipeline "
+                "makes for one of its BlockSpecs: check their block shapes and index maps "
+                "(block indices, not element offsets)")
     where = program._user_line(eqn, sources) or program._user_line(eqn, None)
     if where is None:
         return "(inside JAX: the line that called it is not known)"

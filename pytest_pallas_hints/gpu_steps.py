@@ -15,7 +15,9 @@ a value it does not know, it gives up: no verdict rather than a wrong one.
   stuck     the waits a deadlock leaves blocked: every thread still running waits on
             a barrier that nothing left to run will complete;
   unwaited  completions of a barrier, by plgpu.barrier_arrive, that no wait observes;
-  wgmmas    per block of the grid, the wgmmas it issued (the work it did).
+  wgmmas    per block of the grid, the wgmmas it issued (the work it did);
+  outside   TMA copies whose GMEM window leaves its ref (or the .at[...] view it
+            copies from): a Hopper reads zeros there, or drops what it writes.
 
 Nothing here runs JAX: it reads a kernel's jaxpr.
 """
@@ -60,11 +62,20 @@ class Unwaited:
 
 
 @dataclasses.dataclass
+class Outside:
+    copy: object         # the copy_gmem_to_smem or copy_smem_to_gmem equation
+    where: str           # "elements 128..192 along axis 1 of 128"
+    block: dict          # the grid block (axis name -> index) that made it
+    operand: int | None  # the kernel's operand (position) the GMEM ref is, where known
+
+
+@dataclasses.dataclass
 class Run:
     wgmmas: dict         # block (its grid indices) -> wgmmas it issued
     refills: list
     stuck: list
     unwaited: list
+    outside: list = dataclasses.field(default_factory=list)
 
 
 _CACHE: dict = {}
@@ -172,6 +183,7 @@ class _Kernel:
         self.spent = 0
         self.refills: list = []
         self.seen_refills: set = set()
+        self.outside: dict = {}    # id(copy eqn) -> Outside, the first block's
 
     def run(self) -> Run:
         axes = list(self.call.axes)
@@ -186,7 +198,7 @@ class _Kernel:
                 stuck = found.stuck
             if found.unwaited and not unwaited:
                 unwaited = found.unwaited
-        return Run(wgmmas, self.refills, stuck, unwaited)
+        return Run(wgmmas, self.refills, stuck, unwaited, list(self.outside.values()))
 
 
 class _Block:
@@ -349,6 +361,11 @@ class _Thread(_Loops):
                 self._retire(int(eqn.params.get("wait_n", 0)), eqn)
             elif name == "copy_gmem_to_smem":
                 self._copy_in(eqn, ins)
+            elif name == "copy_smem_to_gmem":
+                (_, dst), end = _leaves(eqn, ins, 2, "src_transforms_treedef",
+                                        "dst_transforms_treedef")
+                if not (eqn.params.get("has_user_predicate") and ins[end] is False):
+                    self._window(eqn, 1, ins[1], "dst_transforms_treedef", dst)
             elif name == "barrier_arrive":
                 (leaves,), end = _leaves(eqn, ins, 1, "transforms_treedef")
                 if not (eqn.params.get("has_user_predicate") and ins[end] is False):
@@ -383,10 +400,11 @@ class _Thread(_Loops):
 
     def _copy_in(self, eqn, ins):
         has_barrier = bool(eqn.params.get("has_barrier", True))
-        (_, dst, bar), end = _leaves(eqn, ins, 2 + has_barrier, "src_transforms_treedef",
+        (src, dst, bar), end = _leaves(eqn, ins, 2 + has_barrier, "src_transforms_treedef",
                                      "dst_transforms_treedef", "barrier_transforms_treedef")
         if eqn.params.get("has_user_predicate") and ins[end] is False:
             return
+        self._window(eqn, 0, ins[0], "src_transforms_treedef", src)
         if isinstance(ins[1], _Ref):
             written = (ins[1].root, dst)
             for wgmma, keys in self.pending:
@@ -396,6 +414,21 @@ class _Thread(_Loops):
                     self.block.kernel.refills.append(Refill(wgmma, eqn, self.last_wait))
         if has_barrier:
             self._arrive((ins[2], bar), eqn, by_thread=False)
+
+    def _window(self, eqn, operand: int, ref, tree: str, leaves):
+        """Notes a copy whose GMEM window (operand ``operand``, ``ref``) leaves its ref."""
+        outside = self.block.kernel.outside
+        if id(eqn) in outside or eqn.params.get(tree) is None:
+            return
+        try:
+            transforms = eqn.params[tree].unflatten(list(leaves))
+        except Exception:   # a transform this JAX builds differently: no verdict
+            return
+        where = jaxcompat.outside_view(tuple(eqn.invars[operand].aval.shape), transforms)
+        if where:
+            root = getattr(ref, "root", None)
+            outside[id(eqn)] = Outside(eqn, where, dict(self.block.where),
+                                       root[1] if root and root[0] == "in" else None)
 
     # -- barriers
     @staticmethod

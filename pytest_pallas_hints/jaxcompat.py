@@ -540,6 +540,40 @@ def _box(shape: tuple, transforms, unknown) -> tuple | None:
     return tuple(tuple(b) for b in box)
 
 
+def outside_view(shape: tuple, transforms, unknown=None) -> str:
+    """Where ``transforms`` (``.at[...]`` indexers, chained) index past the view they
+    index, each indexer checked against the view the one before it left (not only the
+    whole ref): "elements 128..192 along axis 1 of 128", or "" where every index is
+    inside or not known."""
+    from .frozen import np
+
+    def known(*values):
+        return all(v is not None and v is not unknown and not np.ndim(v) for v in values)
+
+    view = [int(d) for d in shape]
+    for transform in transforms or ():
+        indices = getattr(transform, "indices", None)
+        if indices is None or len(indices) != len(view):
+            return ""
+        kept = []
+        for axis, (extent, index) in enumerate(zip(view, indices)):
+            if hasattr(index, "start") and hasattr(index, "size"):   # pl.ds / a slice
+                start, size = index.start, index.size
+                stride = getattr(index, "stride", 1) or 1
+                if not known(start, size, stride):
+                    return ""
+                lo, hi = int(start), int(start) + (int(size) - 1) * int(stride) + 1
+                if lo < 0 or hi > extent:
+                    return f"elements {lo}..{hi} along axis {axis} of {extent}"
+                kept.append(int(size))
+            elif not known(index):
+                return ""
+            elif not 0 <= int(index) < extent:
+                return f"index {int(index)} along axis {axis} of {extent}"
+        view = kept
+    return ""
+
+
 def _transformed_shape(transform, shape):
     if hasattr(transform, "get_indexer_shape"):
         return transform.get_indexer_shape()

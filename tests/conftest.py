@@ -91,8 +91,12 @@ def jax_loaded_once():
 
     pytester restores sys.modules after each in-process run, which would drop
     modules first imported inside it; importing JAX's MLIR dialects a second
-    time fails ("Dialect namespace 'builtin' is already registered").
+    time fails ("Dialect namespace 'builtin' is already registered"), and a second
+    copy of Mosaic GPU's modules looks its lowering rules up with the other copy's
+    enums (KeyError). The kit defers JAX's Mosaic GPU interpreter until a kernel needs
+    it (jaxcompat.defer_gpu_interpreter): it is loaded here, outside every run.
     """
+    import importlib
     import jax
     from jax.experimental import pallas as pl
 
@@ -111,6 +115,10 @@ def jax_loaded_once():
     ran.output.block_until_ready()
     assert ran.traffic.total and ran.work == 0
     checking.lowers_for_tpu(ran)
+    from pytest_pallas_hints import jaxcompat
+    if jaxcompat.gpu_interpret_missing("kernels") is None:
+        importlib.import_module("jax.experimental.pallas.mosaic_gpu")
+        getattr(importlib.import_module(jaxcompat.GPU_INTERPRETER), "interpret_pallas_call")
 
 
 @pytest.fixture

@@ -410,3 +410,46 @@ def test_a_jax_without_gpu_interpret_mode_cannot_verify_the_chapter(kit, monkeyp
     outcomes = result.parseoutcomes()
     assert result.ret == pytest.ExitCode.OK and "passed" not in outcomes
     assert "cannot be verified on JAX" in " ".join(result.stdout.str().split())
+
+
+def copies(x, *, read_at=0, view=64, inner=0, write_at=0):
+    """Block i of two copies rows [i * read_at + i * inner, +32) of x, through the view
+    x_ref.at[i * read_at : + view], into SMEM, and back to o's rows [i * write_at, +32)
+    (the offsets are known only once the block is: JAX checks constant ones itself)."""
+    import jax
+    from jax import lax
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    def body(x_ref, o_ref, tile, landed):
+        i = lax.axis_index("i")
+        plgpu.copy_gmem_to_smem(x_ref.at[pl.ds(i * read_at, view)].at[pl.ds(i * inner, 32)],
+                                tile, landed)
+        plgpu.barrier_wait(landed)
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(tile, o_ref.at[pl.ds(i * write_at, 32)])
+        plgpu.wait_smem_to_gmem(0)
+
+    return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                        grid=(2,), grid_names=("i",),
+                        scratch_types=[plgpu.SMEM((32, 128), x.dtype), plgpu.Barrier()])(x)
+
+
+@needs_gpu_interpret
+@pytest.mark.parametrize("options, where, operand", [
+    ({"read_at": 32, "write_at": 32}, None, None),
+    ({"read_at": 64, "view": 32, "inner": 16}, "elements 16..48 along axis 0 of 32", 0),
+    ({"read_at": 96}, "elements 96..160 along axis 0 of 128", 0),
+    ({"write_at": 112}, "elements 112..144 along axis 0 of 128", 1),
+])
+def test_a_tma_copy_past_its_ref_or_its_view_is_found(options, where, operand):
+    """Inside the whole ref is not enough: an inner .at[...] past the view it indexes
+    reads another block's rows on a Hopper (zeros past the ref's end)."""
+    import numpy as np
+
+    from pytest_pallas_hints import gpu_steps
+
+    x = np.zeros((128, 128), np.float32)
+    found = gpu_steps.run(trace(functools.partial(copies, **options), x).sites[0].call)
+    assert [(o.where, o.operand, o.block) for o in found.outside] == (
+        [] if where is None else [(where, operand, {"i": 1})])
