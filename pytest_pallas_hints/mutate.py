@@ -1,7 +1,8 @@
 """Mutation testing of a chapter: do its tests fail for plausible wrong answers?
 
     python -m pytest_pallas_hints.mutate CHAPTER... | --all
-        [--workers N] [--sample N --seed S] [--only ID...] [--list] [--timeout S]
+        [--workers N] [--sample N --seed S] [--inputs-seed S] [--only ID...] [--list]
+        [--timeout S]
 
 Each mutant is the reference chapter with one small semantic change, the kind a
 learner makes (SPEC 5b):
@@ -26,6 +27,12 @@ The command exits non-zero when a chapter kills less than ``THRESHOLD`` of its
 mutants (equivalent ones aside) or a survivor is not listed. Mutants run in
 worker processes that import JAX once and run pytest in-process, with the
 compile cache, so that one mutant costs its tests and not a Python start.
+
+The tests' inputs are drawn with seed 0 whatever sample is run (``--inputs-seed``
+changes that): CI's sample, drawn with the commit's seed, then gives each mutant the
+verdict the full run gave it, instead of failing on inputs that happen not to reach a
+branch (a mutant that lives on some seeds is a test to strengthen, found by a run
+with another ``--inputs-seed``).
 """
 from __future__ import annotations
 
@@ -469,7 +476,10 @@ def main(argv=None) -> int:
     parser.add_argument("--sample", type=int, default=0, metavar="N",
                         help="run N mutants per chapter, drawn with --seed (default: all)")
     parser.add_argument("--seed", type=int, default=0,
-                        help="the seed of the sample and of the tests' inputs (default 0)")
+                        help="the seed that draws the sample (default 0)")
+    parser.add_argument("--inputs-seed", type=int, default=0, metavar="S",
+                        help="the seed of the tests' inputs (default 0: the inputs of the "
+                             "full run, so that a sample's verdicts are the full run's)")
     parser.add_argument("--only", nargs="*", default=[], metavar="ID",
                         help="run only these mutant ids")
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
@@ -499,8 +509,10 @@ def main(argv=None) -> int:
     started = time.monotonic()
     print(f"mutation testing {', '.join(names)}: {len(chosen)} mutants"
           + (f" (a sample of {args.sample} per chapter, seed {args.seed})" if args.sample else "")
+          + f", inputs seed {args.inputs_seed}"
           + f", {args.workers} workers", flush=True)
-    outcomes = run(root, chosen, workers=args.workers, seed=args.seed, timeout=args.timeout,
+    outcomes = run(root, chosen, workers=args.workers, seed=args.inputs_seed,
+                   timeout=args.timeout,
                    progress=lambda o: print("." if o.verdict == "killed" else "s",
                                             end="", flush=True))
     print(f"\n{time.monotonic() - started:.0f} s")
