@@ -482,7 +482,7 @@ def check_kv_heads_read(ran, q, k, v, causal):
     whose attention its output equals. Fails, naming them, where a head read another
     head's K/V than n // (N // K)."""
     N, K = q.shape[1], k.shape[1]
-    if K in (1, N):
+    if K in (1, N) or q.size * k.shape[2] > 2 ** 24:   # the GPU config: values only
         return
     yours = np.asarray(ran.output, np.float64)
     if yours.shape != q.shape:
