@@ -185,6 +185,7 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="write benchmarks/LATEST.md")
     args = parser.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)   # a learner's Python keeps bytecode
 
     import jax
 
