@@ -287,7 +287,56 @@ class _Loops:
         return [*carry, *([None] * (len(eqn.outvars) - ncarry))]
 
 
-class _Thread(_Loops):
+class _Engines:
+    """A thread's asynchronous units, the tensor core and the TMA engine (_Thread's, split
+    off for length)."""
+
+    def _wgmma(self, eqn, ins):
+        (_, a, b), end = _leaves(eqn, ins, 3, "acc_transforms_tree", "a_transforms_tree",
+                                 "b_transforms_tree")
+        keys = [(ref.root, leaves) for ref, leaves in ((ins[1], a), (ins[2], b))
+                if isinstance(ref, _Ref)]
+        self.pending.append((eqn, keys))
+        self.block.wgmmas += 1
+
+    def _retire(self, left: int, eqn):
+        self.pending = self.pending[len(self.pending) - left:] if left > 0 else []
+        self.last_wait = eqn
+
+    def _copy_in(self, eqn, ins):
+        has_barrier = bool(eqn.params.get("has_barrier", True))
+        (src, dst, bar), end = _leaves(eqn, ins, 2 + has_barrier, "src_transforms_treedef",
+                                     "dst_transforms_treedef", "barrier_transforms_treedef")
+        if eqn.params.get("has_user_predicate") and ins[end] is False:
+            return
+        self._window(eqn, 0, ins[0], "src_transforms_treedef", src)
+        if isinstance(ins[1], _Ref):
+            written = (ins[1].root, dst)
+            for wgmma, keys in self.pending:
+                if any(_may_alias(key, written) for key in keys) \
+                        and (id(wgmma), id(eqn)) not in self.block.kernel.seen_refills:
+                    self.block.kernel.seen_refills.add((id(wgmma), id(eqn)))
+                    self.block.kernel.refills.append(Refill(wgmma, eqn, self.last_wait))
+        if has_barrier:
+            self._arrive((ins[2], bar), eqn, by_thread=False)
+
+    def _window(self, eqn, operand: int, ref, tree: str, leaves):
+        """Notes a copy whose GMEM window (operand ``operand``, ``ref``) leaves its ref."""
+        outside = self.block.kernel.outside
+        if id(eqn) in outside or eqn.params.get(tree) is None:
+            return
+        try:
+            transforms = eqn.params[tree].unflatten(list(leaves))
+        except Exception:   # a transform this JAX builds differently: no verdict
+            return
+        where = jaxcompat.outside_view(tuple(eqn.invars[operand].aval.shape), transforms)
+        if where:
+            root = getattr(ref, "root", None)
+            outside[id(eqn)] = Outside(eqn, where, dict(self.block.where),
+                                       root[1] if root and root[0] == "in" else None)
+
+
+class _Thread(_Loops, _Engines):
     """One Pallas thread of a block, run as a coroutine that yields (the barrier_wait,
     its barrier key, the completion it needs, the loop steps) while it is blocked."""
 
@@ -384,51 +433,6 @@ class _Thread(_Loops):
                 outs = [None] * len(eqn.outvars)
             for var, value in zip(eqn.outvars, outs):
                 env[var] = value
-
-    # -- the tensor core and the TMA engine
-    def _wgmma(self, eqn, ins):
-        (_, a, b), end = _leaves(eqn, ins, 3, "acc_transforms_tree", "a_transforms_tree",
-                                 "b_transforms_tree")
-        keys = [(ref.root, leaves) for ref, leaves in ((ins[1], a), (ins[2], b))
-                if isinstance(ref, _Ref)]
-        self.pending.append((eqn, keys))
-        self.block.wgmmas += 1
-
-    def _retire(self, left: int, eqn):
-        self.pending = self.pending[len(self.pending) - left:] if left > 0 else []
-        self.last_wait = eqn
-
-    def _copy_in(self, eqn, ins):
-        has_barrier = bool(eqn.params.get("has_barrier", True))
-        (src, dst, bar), end = _leaves(eqn, ins, 2 + has_barrier, "src_transforms_treedef",
-                                     "dst_transforms_treedef", "barrier_transforms_treedef")
-        if eqn.params.get("has_user_predicate") and ins[end] is False:
-            return
-        self._window(eqn, 0, ins[0], "src_transforms_treedef", src)
-        if isinstance(ins[1], _Ref):
-            written = (ins[1].root, dst)
-            for wgmma, keys in self.pending:
-                if any(_may_alias(key, written) for key in keys) \
-                        and (id(wgmma), id(eqn)) not in self.block.kernel.seen_refills:
-                    self.block.kernel.seen_refills.add((id(wgmma), id(eqn)))
-                    self.block.kernel.refills.append(Refill(wgmma, eqn, self.last_wait))
-        if has_barrier:
-            self._arrive((ins[2], bar), eqn, by_thread=False)
-
-    def _window(self, eqn, operand: int, ref, tree: str, leaves):
-        """Notes a copy whose GMEM window (operand ``operand``, ``ref``) leaves its ref."""
-        outside = self.block.kernel.outside
-        if id(eqn) in outside or eqn.params.get(tree) is None:
-            return
-        try:
-            transforms = eqn.params[tree].unflatten(list(leaves))
-        except Exception:   # a transform this JAX builds differently: no verdict
-            return
-        where = jaxcompat.outside_view(tuple(eqn.invars[operand].aval.shape), transforms)
-        if where:
-            root = getattr(ref, "root", None)
-            outside[id(eqn)] = Outside(eqn, where, dict(self.block.where),
-                                       root[1] if root and root[0] == "in" else None)
 
     # -- barriers
     @staticmethod
