@@ -1067,11 +1067,18 @@ def _row(label: str, text: str) -> list[str]:
     pad = " " * LABEL_WIDTH
     out = []
     for n, para in enumerate(text.split("\n")):
-        wrapped = [para] if label in _UNWRAPPED else _wrap(para, WRAP - LABEL_WIDTH)
+        wrapped = [para] if label in _UNWRAPPED and _laid_out(para) \
+            else _wrap(para, WRAP - LABEL_WIDTH)
         for m, piece in enumerate(wrapped):
             head = label.ljust(LABEL_WIDTH) if n == 0 and m == 0 else pad
             out.append(head + piece)
     return out
+
+
+def _laid_out(text: str) -> bool:
+    """A row kept on one line: a source location with its code, or text aligned in
+    columns (not a sentence, which wraps like any other)."""
+    return bool(re.match(r"\S+\.py:\d+", text)) or "  " in text.strip()
 
 
 def _wrap(text: str, width: int) -> list[str]:
