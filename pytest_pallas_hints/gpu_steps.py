@@ -320,6 +320,11 @@ class _Engines:
         if has_barrier:
             self._arrive((ins[2], bar), eqn, by_thread=False)
 
+    def _copy_out(self, eqn, ins):
+        (_, dst), end = _leaves(eqn, ins, 2, "src_transforms_treedef", "dst_transforms_treedef")
+        if not (eqn.params.get("has_user_predicate") and ins[end] is False):
+            self._window(eqn, 1, ins[1], "dst_transforms_treedef", dst)
+
     def _window(self, eqn, operand: int, ref, tree: str, leaves):
         """Notes a copy whose GMEM window (operand ``operand``, ``ref``) leaves its ref."""
         outside = self.block.kernel.outside
@@ -411,10 +416,7 @@ class _Thread(_Loops, _Engines):
             elif name == "copy_gmem_to_smem":
                 self._copy_in(eqn, ins)
             elif name == "copy_smem_to_gmem":
-                (_, dst), end = _leaves(eqn, ins, 2, "src_transforms_treedef",
-                                        "dst_transforms_treedef")
-                if not (eqn.params.get("has_user_predicate") and ins[end] is False):
-                    self._window(eqn, 1, ins[1], "dst_transforms_treedef", dst)
+                self._copy_out(eqn, ins)
             elif name == "barrier_arrive":
                 (leaves,), end = _leaves(eqn, ins, 1, "transforms_treedef")
                 if not (eqn.params.get("has_user_predicate") and ins[end] is False):

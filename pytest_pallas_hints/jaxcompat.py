@@ -511,66 +511,71 @@ def semaphore_refs(eqn, values, unknown) -> SemaphoreRefs:
     return SemaphoreRefs(ref, box, amount, device_id, _logical(eqn))
 
 
-def _box(shape: tuple, transforms, unknown) -> tuple | None:
-    """The (start, stop) per dim of a ref of ``shape`` that ``transforms`` (``.at[...]``
-    indexers, chained) select; None if an index is unknown or not a plain int or slice."""
-    from .frozen import np
-
-    view = list(range(len(shape)))   # dim of the current view -> dim of the whole ref
-    box = [[0, int(d)] for d in shape]
-    for transform in transforms or ():
-        indices = getattr(transform, "indices", None)
-        if indices is None or len(indices) != len(view):
-            return None
-        kept = []
-        for dim, index in zip(view, indices):
-            if hasattr(index, "start") and hasattr(index, "size"):  # pl.ds / a slice
-                start, size = index.start, index.size
-                stride = getattr(index, "stride", 1) or 1
-                if any(v is unknown or np.ndim(v) for v in (start, size, stride)):
-                    return None
-                first = box[dim][0] + int(start)
-                box[dim] = [first, first + (int(size) - 1) * int(stride) + 1]
-                kept.append(dim)
-            else:
-                if index is unknown or np.ndim(index):
-                    return None
-                box[dim] = [box[dim][0] + int(index), box[dim][0] + int(index) + 1]
-        view = kept
-    return tuple(tuple(b) for b in box)
+@dataclasses.dataclass(frozen=True)
+class _Index:
+    """One index of an ``.at[...]`` indexer, in a chain of them."""
+    dim: int       # the dim of the whole ref it indexes
+    axis: int      # its axis in the view it indexes (what the one before it left)
+    extent: int    # the size of that axis of the view
+    start: int     # what it selects of that axis: [start, stop)
+    stop: int
+    sliced: bool   # a slice (pl.ds), not an integer
 
 
-def outside_view(shape: tuple, transforms, unknown=None) -> str:
-    """Where ``transforms`` (``.at[...]`` indexers, chained) index past the view they
-    index, each indexer checked against the view the one before it left (not only the
-    whole ref): "elements 128..192 along axis 1 of 128", or "" where every index is
-    inside or not known."""
+def _indexed(shape: tuple, transforms, unknown) -> list[_Index] | None:
+    """Every index of ``transforms`` (``.at[...]`` indexers, chained), each against the
+    view it indexes; None where one is not known or not a plain int or slice."""
     from .frozen import np
 
     def known(*values):
         return all(v is not None and v is not unknown and not np.ndim(v) for v in values)
 
-    view = [int(d) for d in shape]
+    view = [(dim, int(d)) for dim, d in enumerate(shape)]   # (whole-ref dim, extent)
+    found = []
     for transform in transforms or ():
         indices = getattr(transform, "indices", None)
         if indices is None or len(indices) != len(view):
-            return ""
+            return None
         kept = []
-        for axis, (extent, index) in enumerate(zip(view, indices)):
-            if hasattr(index, "start") and hasattr(index, "size"):   # pl.ds / a slice
+        for axis, ((dim, extent), index) in enumerate(zip(view, indices)):
+            if hasattr(index, "start") and hasattr(index, "size"):  # pl.ds / a slice
                 start, size = index.start, index.size
                 stride = getattr(index, "stride", 1) or 1
                 if not known(start, size, stride):
-                    return ""
-                lo, hi = int(start), int(start) + (int(size) - 1) * int(stride) + 1
-                if lo < 0 or hi > extent:
-                    return f"elements {lo}..{hi} along axis {axis} of {extent}"
-                kept.append(int(size))
-            elif not known(index):
-                return ""
-            elif not 0 <= int(index) < extent:
-                return f"index {int(index)} along axis {axis} of {extent}"
+                    return None
+                stop = int(start) + (int(size) - 1) * int(stride) + 1
+                found.append(_Index(dim, axis, extent, int(start), stop, True))
+                kept.append((dim, int(size)))
+            elif known(index):
+                found.append(_Index(dim, axis, extent, int(index), int(index) + 1, False))
+            else:
+                return None
         view = kept
+    return found
+
+
+def _box(shape: tuple, transforms, unknown) -> tuple | None:
+    """The (start, stop) per dim of a ref of ``shape`` that ``transforms`` (``.at[...]``
+    indexers, chained) select; None if an index is unknown or not a plain int or slice."""
+    indexed = _indexed(shape, transforms, unknown)
+    if indexed is None:
+        return None
+    box = [[0, int(d)] for d in shape]
+    for index in indexed:
+        first = box[index.dim][0]
+        box[index.dim] = [first + index.start, first + index.stop]
+    return tuple(tuple(b) for b in box)
+
+
+def outside_view(shape: tuple, transforms, unknown=None) -> str:
+    """Where ``transforms`` index past the view they index, each indexer checked
+    against the view the one before it left (not only the whole ref): "elements
+    128..192 along axis 1 of 128", or "" where every index is inside or not known."""
+    for index in _indexed(shape, transforms, unknown) or ():
+        if index.start < 0 or index.stop > index.extent:
+            what = (f"elements {index.start}..{index.stop}" if index.sliced
+                    else f"index {index.start}")
+            return f"{what} along axis {index.axis} of {index.extent}"
     return ""
 
 
