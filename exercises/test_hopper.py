@@ -24,6 +24,7 @@ import ast
 import functools
 import math
 import re
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -113,7 +114,7 @@ def kernel_parameters(ran) -> list[str]:
     innermost function around the kernel's first traced line."""
     call = kernel_of(ran)
     try:
-        tree = ast.parse(open(call.source, encoding="utf-8").read())
+        tree = ast.parse(Path(call.source).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, TypeError):
         return []
     around = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
