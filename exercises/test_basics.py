@@ -56,7 +56,7 @@ def test_add_one(M, D, dtype, rng):
 def test_tiled(M, D, bm, rng):
     x = rng.normal((M, D))
     ran = measure(basics.add_one_tiled, x, bm=bm, structure=ELEMENTWISE.where(
-        grid=(cdiv(M, bm),), blocks={0: (bm, D), 1: (bm, D)}))
+        grid=(cdiv(M, bm),), blocks={"x": (bm, D), "output": (bm, D)}))
     check(ran, x + 1, blocks=(bm, None), axes="i -")
     lowers_for_tpu(ran)
 
@@ -72,7 +72,7 @@ def test_reverse(M, D, bm, rng):
     x = rng.normal((M, D))
     expected = x.reshape(M // bm, bm, D)[::-1].reshape(M, D)
     ran = measure(basics.reverse_blocks, x, bm=bm, structure=Structure(
-        grid=(M // bm,), blocks={0: (bm, D), 1: (bm, D)}))
+        grid=(M // bm,), blocks={"x": (bm, D), "output": (bm, D)}))
     check(ran, expected, blocks=(bm, None), axes="i -",
           likely={"rows_reversed": x[::-1], "unchanged": x})
     lowers_for_tpu(ran)
@@ -88,7 +88,7 @@ def test_reverse(M, D, bm, rng):
 def test_grid_2d(M, N, bm, bn, rng):
     x, y = rng.normal((M, N)), rng.normal((M, N))
     ran = measure(basics.add_2d, x, y, bm=bm, bn=bn, structure=ELEMENTWISE.where(
-        grid=(cdiv(M, bm), cdiv(N, bn)), blocks={0: (bm, bn), 1: (bm, bn), 2: (bm, bn)}))
+        grid=(cdiv(M, bm), cdiv(N, bn)), blocks={"x": (bm, bn), "y": (bm, bn), "output": (bm, bn)}))
     check(ran, x + y, blocks=(bm, bn), axes="i j")
     lowers_for_tpu(ran)
 
@@ -108,7 +108,7 @@ def test_outer_add(M, N, bm, bn, rng):
         return x + y[0, np.clip(i * bn + j, 0, N - 1)]
 
     ran = measure(basics.outer_add, x, y, bm=bm, bn=bn, structure=ELEMENTWISE.where(
-        grid=(cdiv(M, bm), cdiv(N, bn)), blocks={0: (bm, 1), 1: (1, bn), 2: (bm, bn)}))
+        grid=(cdiv(M, bm), cdiv(N, bn)), blocks={"x": (bm, 1), "y": (1, bn), "output": (bm, bn)}))
     check(ran, x + y, blocks=(bm, bn), axes="i j", likely={"y_follows_rows": y_follows_rows})
     lowers_for_tpu(ran)
 
@@ -125,7 +125,7 @@ def test_tail(M, D, bm, rng):
     x = rng.normal((M, D))
     ran = measure(basics.column_sums, x, bm=bm, structure=Structure(
         inside={"reduce_sum", "select_n"}, outside={"reduce_sum"},  # the PROVIDED wrapper's sum
-        grid=(cdiv(M, bm),), blocks={0: (bm, D)}))
+        grid=(cdiv(M, bm),), blocks={"x": (bm, D)}))
     check(ran, x.sum(axis=0), tolerance=1e-4)
     lowers_for_tpu(ran)
 
@@ -141,7 +141,7 @@ def test_row_sum(M, N, bm, bn, rng):
     x = rng.normal((M, N))
     ran = measure(basics.row_sum, x, bm=bm, bn=bn, structure=Structure(
         inside={"reduce_sum"}, outside={"slice"}, grid=(cdiv(M, bm), N // bn),
-        blocks={0: (bm, bn)}))
+        blocks={"x": (bm, bn)}))
     check(ran, x.sum(axis=1), blocks=(bm,), axes="i", tolerance=1e-4,
           likely={"last_block_only": lambda: x[:, -bn:].sum(axis=1)})
     lowers_for_tpu(ran)

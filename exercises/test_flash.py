@@ -213,7 +213,7 @@ def test_kv_loop(T, S, H, block_q, block_kv, rng):
         return attention(q[one], k[kv][one], v[kv][one])[0][0, 0].astype(np.float32)
 
     ran = measure(flash.flash_one_head, q, k, v, block_q=block_q, block_kv=block_kv,
-                  structure=ATTENTION.where(grid=(T // block_q,), blocks={0: (block_q, H)}))
+                  structure=ATTENTION.where(grid=(T // block_q,), blocks={"q": (block_q, H)}))
     check(ran, single()(), blocks=(block_q, None), axes="T H", tolerance=1e-4,
           likely={"unnormalised": unnormalised, "first_kv_block_only": first_kv_block_only,
                   "no_scale": single(sm_scale=1.0)})
@@ -240,7 +240,7 @@ def test_grid(B, N, T, S, H, dtype, rng):
 
 def grid_structure(B, N, T, S, H, block_q=128, block_kv=128):
     return ATTENTION.where(grid=(B, N, T // block_q, S // block_kv),
-                           blocks={0: (None, None, block_q, H), 1: (None, None, block_kv, H)})
+                           blocks={"q": (None, None, block_q, H), "k": (None, None, block_kv, H)})
 
 
 @puzzle("flash.grid")

@@ -236,8 +236,9 @@ def chunked_structure(B, N, T, H, Hv, chunk, base=MATMULS, per_token=0):
     """One chunk of rows per grid step, for q, k, v and each per-token array (log_decay,
     beta), which travels as [B, N, T, 1] in (chunk, 1) blocks: checked before the run, so
     that (chunk,) blocks are named by the (8, 128) rule, not by their wrong values."""
-    blocks = {0: (None, None, chunk, H), 1: (None, None, chunk, H), 2: (None, None, chunk, Hv)}
-    blocks.update({3 + n: (None, None, chunk, 1) for n in range(per_token)})
+    blocks = {"q": (None, None, chunk, H), "k": (None, None, chunk, H), "v": (None, None, chunk, Hv)}
+    if per_token:
+        blocks["per_token"] = (None, None, chunk, 1)
     return base.where(grid=(B, N, T // chunk), blocks=blocks)
 
 

@@ -76,7 +76,7 @@ MATMUL = Structure(inside={"dot_general"})
 def tiled(M, K, N, bm, bk, bn):
     """A matmul kernel over an (i, j, k) grid of (bm, bk) x (bk, bn) blocks."""
     return MATMUL.where(grid=(cdiv(M, bm), cdiv(N, bn), K // bk),
-                        blocks={0: (bm, bk), 1: (bk, bn)})
+                        blocks={"a": (bm, bk), "b": (bk, bn)})
 
 
 def implied_bytes(M, K, N, bm, bk, bn, itemsize):
@@ -175,7 +175,7 @@ def test_mixed_precision(M, K, N, dtype, high, asked, rng):
     bm, bk, bn = (fitted(block, dim, align) for block, dim, align in
                   ((asked, M, 16 if dtype == "bfloat16" else 8), (128, K, 128), (128, N, 128)))
     ran = measure(matmul.matmul, a, b, bm=asked, structure=MATMUL.where(
-        outside={"pad"}, blocks={0: (bm, bk), 1: (bk, bn)},
+        outside={"pad"}, blocks={"a": (bm, bk), "b": (bk, bn)},
         grid=(cdiv(M, bm), cdiv(N, bn), cdiv(K, bk))))   # K padded to the next block, no further
     yours = ran.output
     whole = K // bk * bk   # the K that a grid of K // bk steps covers
@@ -201,7 +201,7 @@ def test_batched(B, M, K, N, bm, bk, bn, dtype, rng):
     a, b = ints(rng, (B, M, K), dtype), ints(rng, (B, K, N), dtype)
     ran = measure(matmul.batched_matmul, a, b, bm=bm, bk=bk, bn=bn, structure=MATMUL.where(
         grid=(B, cdiv(M, bm), cdiv(N, bn), K // bk),
-        blocks={0: (None, bm, bk), 1: (None, bk, bn), 2: (None, bm, bn)}))
+        blocks={"a": (None, bm, bk), "b": (None, bk, bn), "output": (None, bm, bn)}))
     check(ran, dot(a, b), blocks=(1, bm, bn), axes="B i j",
           likely={"b_from_batch_0": lambda: dot(a, np.broadcast_to(b[:1], b.shape)),
                   "a_from_batch_0": lambda: dot(np.broadcast_to(a[:1], a.shape), b),

@@ -341,7 +341,7 @@ def test_quantize(R, C, block_rows, dtype, rng):
     x[R // 2] = 0
     ran = measure(quant.quantize_int8, x, block_rows=block_rows,
                   structure=QUANTIZE.where(grid=(cdiv(R, block_rows),),
-                                           blocks={0: (block_rows, C)}))
+                                           blocks={"x": (block_rows, C)}))
     q, scale = ran.output
     expected_q, expected_scale, ratio = quantized(x)
     amax = np.abs(np.asarray(x, np.float32)).max(axis=1, keepdims=True)
@@ -384,7 +384,7 @@ def test_int8_dot(M, K, N, bm, bk, bn, rng):
     a = int8s(rng, (M, K), planted_rows=True)
     b = int8s(rng, (K, N), planted_cols=True)
     ran = measure(quant.int8_matmul_int32, a, b, bm=bm, bk=bk, bn=bn,
-                  structure=tiled(M, K, N, bm, bk, bn, {0: (bm, bk), 1: (bk, bn)}, outside=()))
+                  structure=tiled(M, K, N, bm, bk, bn, {"a_q": (bm, bk), "b_q": (bk, bn)}, outside=()))
     check_int32_accumulator(ran)
     truth = exact(a, b)
     check_int32_zeroed(ran.output, truth)
@@ -425,7 +425,7 @@ def test_dequant(M, K, N, bm, rng):
     bm, bk, bn = min(bm, M), min(128, K), min(128, N)
     ran = measure(quant.int8_matmul, a, a_scale, b, b_scale, bm=bm,
                   structure=tiled(M, K, N, bm, bk, bn,
-                                  {0: (bm, bk), 1: (bm, 1), 2: (bk, bn), 3: (1, bn)}))
+                                  {"a_q": (bm, bk), "a_scale": (bm, 1), "b_q": (bk, bn), "b_scale": (1, bn)}))
     check_int32_accumulator(ran, scales=(a_scale, b_scale))
     check_scales_at_the_last_step(ran, (a_scale, b_scale))
     check_k_padded(ran, [(a, 1, "a_q's columns"), (b, 0, "b_q's rows")])
@@ -551,7 +551,7 @@ def test_weight_only(M, K, N, bm, bk, dtype, rng):
         w_scale = scales(rng, (1, N))
     bm, bk, bn = min(bm, M), min(bk, K), min(128, N)
     ran = measure(quant.int8_weight_matmul, x, w, w_scale, bm=bm, bk=bk,
-                  structure=tiled(M, K, N, bm, bk, bn, {0: (bm, bk), 1: (bk, bn), 2: (1, bn)}))
+                  structure=tiled(M, K, N, bm, bk, bn, {"x": (bm, bk), "w_q": (bk, bn), "w_scale": (1, bn)}))
     check_dot_in_x_dtype(ran, x, "the int8 block")
     check_k_padded(ran, [(x, 1, "x's columns"), (w, 0, "w_q's rows")])
     x64, w64, s64 = (np.asarray(v, np.float64) for v in (x, w, w_scale))
@@ -648,7 +648,7 @@ def test_int4(M, K, N, group_size, bm, dtype, rng):
     ran = measure(quant.int4_matmul, x, packed, group_scales, zeros, group_size=group_size,
                   bm=bm, structure=Structure(
                       inside={"dot_general"}, grid=(cdiv(M, bm), cdiv(N, bn), groups),
-                      blocks={0: (bm, group_size), 1: (group_size // 2, bn)}))
+                      blocks={"x": (bm, group_size), "w_packed": (group_size // 2, bn)}))
     check_dot_in_x_dtype(ran, x, "the unpacked group, w_ref[...],")
     x64, out = np.asarray(x, np.float64), x.dtype
 

@@ -324,8 +324,8 @@ def test_categories(heads, T, S, block_q, block_kv, rng):
 # 2 -------------------------------------------------------------------------
 def block_structure(B, N, T, S, H, block_q, block_kv):
     return ATTENTION.where(grid=(B, N, T // block_q, S // block_kv),
-                           blocks={0: (None, None, block_q, H), 1: (None, None, block_kv, H),
-                                   3: (block_q, block_kv)})
+                           blocks={"q": (None, None, block_q, H), "k": (None, None, block_kv, H),
+                                   "constants": (block_q, block_kv)})
 
 
 @puzzle("splash.skip_empty")
@@ -660,8 +660,8 @@ def check_kv_traffic(ran, k, v, budget):
 def sparse_structure(B, N, T, H, tables):
     block_q, block_kv = tables[3].shape[1:]
     return ATTENTION.where(grid=(B, N, T // block_q, tables[0].shape[-1]),
-                           blocks={0: (None, None, block_q, H), 1: (None, None, block_kv, H),
-                                   3: (None, block_q, block_kv)})
+                           blocks={"q": (None, None, block_q, H), "k": (None, None, block_kv, H),
+                                   "mask_blocks": (None, block_q, block_kv)})
 
 
 @puzzle("splash.sparse_grid")

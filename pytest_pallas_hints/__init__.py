@@ -12,8 +12,11 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
+    "cdiv": "lessons.common",
     "chapter": "chapters",
     "check": "checking",
+    "check_blocks": "checking",
+    "check_rejects": "checking",
     "check_structure": "checking",
     "check_overlap": "checking",
     "check_traffic": "checking",
@@ -24,6 +27,7 @@ _EXPORTS = {
     "measure": "checking",
     "run": "checking",
     "run_jax": "checking",
+    "tpu_sized": "checking",
     "KitError": "checking",
     "Mismatch": "checking",
     "Rng": "checking",

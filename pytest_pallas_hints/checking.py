@@ -316,11 +316,23 @@ class Measured(_OutputBlocks):
 _MEASURED: list = []   # the runs measured in the current test (for the cost model)
 
 
-def measured_in_test(forget: bool = False) -> list:
-    """The programs ``measure`` ran in this test so far; ``forget`` starts a new test."""
+_TPU_SIZED: list[bool] = [False]   # the running test is a tpu-marked configuration
+
+
+def measured_in_test(forget: bool = False, tpu: bool = False) -> list:
+    """The programs ``measure`` ran in this test so far; ``forget`` starts a new test
+    (``tpu``: one marked tpu, see ``tpu_sized``)."""
     if forget:
         _MEASURED.clear()
+        _TPU_SIZED[0] = tpu
     return list(_MEASURED)
+
+
+def tpu_sized() -> bool:
+    """Whether the running test is a ``tpu``-marked configuration: sizes a real TPU runs,
+    where the kit's counts of work and bytes (a walk of every grid step on the host)
+    would take longer than the kernel. Tests return before those checks there."""
+    return _TPU_SIZED[0]
 
 
 def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measured:
@@ -872,13 +884,22 @@ def _all_nan(a: np.ndarray) -> bool:
 
 
 def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | None = None,
-               says: str = "") -> None:
+               wrong: Mapping[str, tuple[int, int]] | None = None, says: str = "") -> None:
     """Passes if the kernels executed exactly ``flops`` flops of dots.
 
     likely: known wrong amounts, name -> flops (e.g. "every_block": the work of a
             kernel that skips nothing); a match is named by the puzzle's words;
+    wrong:  known wrong schedules, name -> (flops, bytes moved): one is named only when
+            both its numbers are yours and no other schedule, right or known wrong, has
+            the same pair (one number alone can belong to two mistakes);
     says:   the sentence when more work was done than needed (the default names it).
     """
+    if wrong:
+        pairs, moved = list(wrong.values()), measured.traffic.total
+        likely = dict(likely or {})
+        likely.update({name: work for name, (work, nbytes) in wrong.items()
+                       if work != flops and pairs.count((work, nbytes)) == 1
+                       and nbytes == moved})
     yours = measured.work
     if yours == flops:
         return
@@ -930,6 +951,67 @@ def check_overlap(measured: Measured, *, work: str, at_least: int, why: str) -> 
             f"{at_least}. {why}"),
             [("overlap", f"{work} during a copy: yours {overlapped} of {executed} · the "
                          f"puzzle's schedule {at_least}")])
+
+
+def check_blocks(measured: Measured, *, name: str = "output", sites=None, **shapes) -> None:
+    """Passes if every kernel operand that is one of the measured function's arguments
+    moves in blocks of the shape given for it: ``check_blocks(ran, x=(8, 128))``, or a
+    list of the shapes allowed. Operands are found by identity (``Structure.blocks``),
+    whatever their position; ``sites``: only these kernels (``measured.program.sites``'
+    items); ``name``: the output the finding is about (its words: "blocks_shape:name")."""
+    with kit_step("checking blocks"):
+        for label, allowed in shapes.items():
+            findings = rules.blocks_of(measured.program, label, allowed, sites=sites)
+            if findings:
+                break
+        else:
+            return
+    failure = Diagnosed("", findings=findings)
+    failure.name = name
+    raise failure
+
+
+def check_rejects(function: Callable, cases, *, advice: str = "") -> None:
+    """Each case ``(why, args, static, names)`` must make ``function(*args, **static)``
+    raise a ValueError whose message names one of ``names`` (the argument at fault;
+    None: any ValueError), before any kernel is built: traced, not run. ``advice``: a
+    sentence for the learner when it does not (how the chapter checks its arguments)."""
+    import re
+
+    import jax
+
+    name = getattr(function, "__name__", "the function")
+
+    def describe(value):
+        if hasattr(value, "shape") and hasattr(value, "dtype"):
+            return f"{tuple(value.shape)} {value.dtype}"
+        return repr(value)
+
+    tail = f" {advice}" if advice else ""
+    for why, args, static, names in cases:
+        shown = ", ".join([*map(describe, args), *(f"{k}={describe(v)}" for k, v in static.items())])
+        wanted = f"a ValueError naming {' or '.join(names)}" if names else "a ValueError"
+        try:
+            jax.eval_shape(functools.partial(function, **static), *args)
+        except ValueError as error:
+            if names is None or any(re.search(rf"\b{n}\b", str(error)) for n in names):
+                continue
+            fail("bad_arguments", (
+                f"{name}({shown}) raised a ValueError that does not name "
+                f"{' or '.join(names)}. Check the arguments first ({why}) and say in the "
+                f"message which one is wrong.{tail}"),
+                [("raised", str(error).splitlines()[0][:200])])
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            fail("bad_arguments", (
+                f"{name}({shown}) should raise {wanted} before any kernel is built ({why}); "
+                f"it failed later, inside JAX or your kernels, with another error.{tail}"),
+                [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+        else:
+            fail("bad_arguments", (
+                f"{name}({shown}) should raise {wanted} ({why}); it raised nothing.{tail}"),
+                [("call", f"{name}({shown})")])
 
 
 class TooMuchTraffic(AssertionError):

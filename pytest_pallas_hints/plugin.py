@@ -254,7 +254,8 @@ class PallasRun:
             self.platforms = _start_jax(self.config)
         checking = sys.modules.get("pytest_pallas_hints.checking")
         if checking is not None:
-            checking.measured_in_test(forget=True)
+            checking.measured_in_test(forget=True,
+                                      tpu=item.get_closest_marker("tpu") is not None)
         kind = _hardware_mark(item)
         if kind and kind not in self.platforms:
             pytest.skip(f"needs a {kind.upper()}: none detected here "
@@ -501,9 +502,10 @@ def _kit_fault(error: BaseException, frames) -> bool:
     if isinstance(error, (AssertionError, NotImplementedError, chapters.ChapterImportError,
                           runtime.KernelTimeout)) or getattr(error, "pallas_learner", False):
         return False
+    package = Path(__file__).resolve().parent
     for filename, _, _ in reversed(frames):
         path = Path(filename)
-        if path.parent.name == "pytest_pallas_hints" or (
+        if package in path.resolve().parents or (
                 path.parent.name in ("exercises", "tests") and path.name.startswith("test_")):
             return True
         if path.parent.name in ("exercises", "reference") or path.parent.parent.name == "mistakes":

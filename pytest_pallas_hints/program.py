@@ -33,6 +33,8 @@ class Site:
     foreign: str = ""     # a JAX library file the kernel's code comes from, if any
     inputs: tuple = ()    # per operand (prefetch ones first): the positions, among the
     #                       program's flat inputs, of the inputs its value comes from
+    direct: tuple = ()    # per operand, those it comes from without passing through a
+    #                       kernel: the argument itself, reshaped, padded or cast around it
     mesh: tuple = ()      # ((axis name, size), ...) of the shard_map it runs in: it runs
     #                       once on every device of that mesh (a simulated chip each)
 
@@ -62,6 +64,8 @@ class Program:
     orphans: list[int]                 # program outputs that depend on no kernel
     callbacks: list[str]               # host callbacks anywhere in the program
     _by_eqn: dict = dataclasses.field(default_factory=dict, repr=False)
+    arguments: dict = dataclasses.field(default_factory=dict)   # the traced function's
+    #                                    parameter name -> positions of its flat inputs
 
     def describe(self) -> str:
         """Text for everything in the program, parameters included (a cache key)."""
@@ -85,7 +89,29 @@ def trace(fn, args: tuple, static: dict, reading=None) -> Program:
     except Exception as error:
         raise learners(error)
     with (reading or contextlib.nullcontext)():
-        return read(closed, jax.tree_util.tree_structure(shapes))
+        program = read(closed, jax.tree_util.tree_structure(shapes))
+        program.arguments = _arguments(fn, args)
+        return program
+
+
+def _arguments(fn, args: tuple) -> dict[str, frozenset[int]]:
+    """Parameter name -> the positions of its leaves among the program's flat inputs,
+    for the positional ``args`` ``fn`` was traced with (empty where its signature cannot
+    be read)."""
+    import inspect
+
+    import jax
+
+    try:
+        bound = inspect.signature(fn).bind_partial(*args)
+    except (TypeError, ValueError):
+        return {}
+    names, start = {}, 0
+    for name, value in bound.arguments.items():
+        count = len(jax.tree_util.tree_leaves(value))
+        names[name] = frozenset(range(start, start + count))
+        start += count
+    return names
 
 
 def read(closed, out_tree) -> Program:
@@ -147,6 +173,9 @@ def read(closed, out_tree) -> Program:
         site.inputs = tuple(frozenset(position[a] for a in graph.ancestors([n])
                                       if a in position) if n is not None else frozenset()
                             for n in nodes)
+        site.direct = tuple(frozenset(position[a] for a in graph.ancestors([n], kernels=False)
+                                      if a in position) if n is not None else frozenset()
+                            for n in nodes)
     live = graph.ancestors([o for o in outputs if o is not None])
     data = graph.depends_on_inputs()
     floats = graph.depends_on([n for n, var in zip(inputs, closed.jaxpr.invars)
@@ -175,13 +204,15 @@ class _Graph:
         self.info.append((kind, info))
         return len(self.deps) - 1
 
-    def ancestors(self, nodes: list[int]) -> set[int]:
+    def ancestors(self, nodes: list[int], kernels: bool = True) -> set[int]:
+        """Every node ``nodes`` depend on; ``kernels=False``: not through a kernel."""
         seen, todo = set(), list(nodes)
         while todo:
             n = todo.pop()
             if n not in seen:
                 seen.add(n)
-                todo.extend(self.deps[n])
+                if kernels or self.info[n][0] != "kernel":
+                    todo.extend(self.deps[n])
         return seen
 
     def depends_on_inputs(self) -> list[bool]:

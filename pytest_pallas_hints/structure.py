@@ -3,7 +3,7 @@
 A test declares it::
 
     TILED = Structure(inside={"add"})                        # the addition in the kernel
-    run(basics.add_one_tiled, x, bm=8, structure=TILED.where(grid=(4,), blocks={0: (8, 128)}))
+    run(basics.add_one_tiled, x, bm=8, structure=TILED.where(grid=(4,), blocks={"x": (8, 128)}))
 
 and ``check(program, structure, sources)`` returns the findings, most basic
 first, that say how the program falls short:
@@ -93,7 +93,12 @@ class Structure:
              ``"constants"`` any op that depends on no input (zeros, iota);
     grid:    every kernel's grid, exactly (a list: one grid per kernel, in the order
              they run; None: any);
-    blocks:  operand position -> block shape (None for a squeezed dim), for every kernel;
+    blocks:  the measured function's argument name -> block shape (None for a squeezed
+             dim), or a list of the shapes allowed, for every kernel operand that is that
+             argument (found by identity: whatever its position among the operands,
+             reshaped, padded or cast around the kernel, not computed by another kernel);
+             "output": every kernel's BlockSpec'd outputs; "constants": the operands
+             that depend on no argument (a table or mask the function built);
     prefetch: at least one scalar-prefetch operand;
     backend: every kernel's kind, "mosaic_tpu" (pl.pallas_call) or "mosaic_gpu"
              (plgpu.kernel); None: any;
@@ -411,20 +416,59 @@ def _grid(program, structure, sources):
 def _blocks(program, structure, sources):
     if not structure.blocks:
         return []
-    for site in program.sites:
-        for position, shape in structure.blocks.items():
-            blocks = site.call.blocks
-            if position >= len(blocks):
-                continue
-            block = blocks[position]
-            if tuple(block.block_shape) != tuple(shape):
-                return [Finding("blocks_shape", (
-                    f"{block.name} has blocks of shape {_shape(block.block_shape)}, the "
-                    f"puzzle's are {_shape(shape)}: the BlockSpec's block shape decides "
-                    "what one grid step sees."),
-                    facts=[("blocks", f"{block.name}: expected {_shape(shape)} · yours "
-                                      f"{_shape(block.block_shape)}")])]
+    for label, shapes in structure.blocks.items():
+        findings = blocks_of(program, label, shapes)
+        if findings:
+            return findings
     return []
+
+
+def blocks_of(program, label: str, shapes, *, array_name: str | None = None,
+              sites=None) -> list[Finding]:
+    """Findings when the kernel operands that are argument ``label`` of the traced
+    function (``"output"``: the kernels' BlockSpec'd outputs) do not all move in blocks
+    of ``shapes`` (one shape, or a list of the shapes allowed), or when none reaches a
+    kernel through a BlockSpec. ``array_name``: what the words call it (the label).
+    ``sites``: the kernels to look at (default every one)."""
+    shapes = [tuple(shape) for shape in (shapes if isinstance(shapes, list) else [shapes])]
+    called = array_name or label
+    found = operands_of(program, label, sites)
+    if not found and label not in ("output", "constants"):
+        return [Finding("blocks_shape", (
+            f"{called} reaches no kernel through a BlockSpec: give it one, with blocks of "
+            f"shape {_shape(shapes[0])}, so that each grid step sees its block."),
+            facts=[("blocks", f"{called}: expected {_shape(shapes[0])} · yours none")])]
+    for block in found:
+        if tuple(block.block_shape) not in shapes:
+            wanted = " or ".join(_shape(shape) for shape in shapes)
+            return [Finding("blocks_shape", (
+                f"{block.name} has blocks of shape {_shape(block.block_shape)}, the "
+                f"puzzle's are {wanted}: the BlockSpec's block shape decides what one "
+                "grid step sees."),
+                facts=[("blocks", f"{block.name}: expected {wanted} · yours "
+                                  f"{_shape(block.block_shape)}")])]
+    return []
+
+
+def operands_of(program, label: str, sites=None) -> list:
+    """The BlockSpec'd operands (``jaxcompat.Block``) of the kernels that are argument
+    ``label`` of the traced function, by identity (``Site.direct``); ``"output"``: every
+    kernel's BlockSpec'd outputs; ``"constants"``: those that depend on no argument."""
+    sites = program.sites if sites is None else sites
+    if label == "output":
+        return [block for site in sites for block in site.call.blocks if not block.is_input]
+    if label == "constants":
+        return [site.call.blocks[n - site.call.num_prefetch] for site in sites
+                for n, inputs in enumerate(site.inputs)
+                if n >= site.call.num_prefetch and not inputs]
+    if label not in program.arguments:
+        raise KeyError(f"Structure.blocks names {label!r}, which is not an argument of the "
+                       f"measured function ({', '.join(program.arguments) or 'none known'})")
+    mine = program.arguments[label]
+    return [site.call.blocks[n - site.call.num_prefetch] for site in sites
+            for n, direct in enumerate(site.direct)
+            if n >= site.call.num_prefetch and direct & mine
+            and n - site.call.num_prefetch < len(site.call.blocks)]
 
 
 def _prefetch(program, structure, sources):

@@ -60,7 +60,7 @@ ADD = Structure(inside={"add"})
 
 def test_the_right_kernel_passes():
     assert kind_of(lambda x: call(add_one_kernel, x, (4,), (8, 128)), X,
-                   structure=ADD.where(grid=(4,), blocks={0: (8, 128)})) == ""
+                   structure=ADD.where(grid=(4,), blocks={"x": (8, 128)})) == ""
 
 
 def test_no_kernel_at_all():
@@ -93,13 +93,13 @@ def test_an_output_no_kernel_produced():
 
 
 def test_a_whole_array_kernel_where_the_lesson_is_the_grid():
-    structure = ADD.where(grid=(4,), blocks={0: (8, 128)})
+    structure = ADD.where(grid=(4,), blocks={"x": (8, 128)})
     assert kind_of(lambda x: call(add_one_kernel, x), X, structure=structure) == "whole_array"
 
 
 def test_other_blocks_or_another_grid():
     assert kind_of(lambda x: call(add_one_kernel, x, (2,), (16, 128)), X,
-                   structure=ADD.where(grid=(4,), blocks={0: (8, 128)})) == "blocks_shape"
+                   structure=ADD.where(grid=(4,), blocks={"x": (8, 128)})) == "blocks_shape"
     assert kind_of(lambda x: call(add_one_kernel, x, (4,), (8, 128)), X,
                    structure=ADD.where(grid=(2, 2))) == "grid"
 

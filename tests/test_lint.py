@@ -10,8 +10,8 @@ pyflakes_api = pytest.importorskip("pyflakes.api", reason="pip install -e '.[dev
 from pyflakes.reporter import Reporter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECKED = sorted([*ROOT.glob("pytest_pallas_hints/*.py"), *ROOT.glob("reference/*.py"),
-                  *ROOT.glob("exercises/test_*.py"), *ROOT.glob("tests/*.py"),
+CHECKED = sorted([*ROOT.glob("pytest_pallas_hints/**/*.py"), *ROOT.glob("reference/*.py"),
+                  *ROOT.glob("exercises/test_*.py"), *ROOT.glob("tests/*.py"), *ROOT.glob("tests/lessons/*.py"),
                   *ROOT.glob("benchmarks/*.py"), ROOT / "conftest.py"])
 
 
