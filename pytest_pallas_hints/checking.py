@@ -418,14 +418,8 @@ def _check_hbm_access(traced) -> None:
 def _first_eqn(jaxpr, name):
     """The first equation of primitive ``name`` (or for which ``name(eqn)`` holds) in
     ``jaxpr``, depth first, or None."""
-    for eqn in jaxpr.eqns:
-        if (name(eqn) if callable(name) else eqn.primitive.name == name):
-            return eqn
-        for inner, _ in jaxcompat.sub_jaxprs(eqn):
-            found = _first_eqn(inner, name)
-            if found is not None:
-                return found
-    return None
+    return next((eqn for eqn in jaxcompat.equations(jaxpr)
+                 if (name(eqn) if callable(name) else eqn.primitive.name == name)), None)
 
 
 # ---------------------------------------------------------------- DMA ledger ---
@@ -498,14 +492,10 @@ def _check_mesh_walks(sites) -> list:
 
 def _eqns_of(traced):
     """(equation, site index) for every pallas_call equation of the program."""
-    def visit(jaxpr):
-        for eqn in jaxpr.eqns:
-            if id(eqn) in traced._by_eqn:
-                yield eqn, traced._by_eqn[id(eqn)]
-            for inner, _ in jaxcompat.sub_jaxprs(eqn):
-                if not jaxcompat.is_kernel(eqn):
-                    yield from visit(inner)
-    return list(visit(traced.closed.jaxpr))
+    return [(eqn, traced._by_eqn[id(eqn)])
+            for eqn in jaxcompat.equations(traced.closed.jaxpr,
+                                           into=lambda eqn: not jaxcompat.is_kernel(eqn))
+            if id(eqn) in traced._by_eqn]
 
 
 def _check_walks(runs) -> list:
@@ -867,13 +857,9 @@ def check(yours, expected, *, blocks=None, axes: str | None = None,
 
 def _narrow_floats(jaxpr) -> bool:
     """Whether any value of the program (its kernels included) is bf16 or f16."""
-    for eqn in jaxpr.eqns:
-        if any(str(getattr(getattr(v, "aval", None), "dtype", "")) in ("bfloat16", "float16")
-               for v in list(eqn.invars) + list(eqn.outvars)):
-            return True
-        if any(_narrow_floats(inner) for inner, _ in jaxcompat.sub_jaxprs(eqn)):
-            return True
-    return False
+    return any(str(getattr(getattr(v, "aval", None), "dtype", "")) in ("bfloat16", "float16")
+               for eqn in jaxcompat.equations(jaxpr)
+               for v in list(eqn.invars) + list(eqn.outvars))
 
 
 def _all_nan(a: np.ndarray) -> bool:

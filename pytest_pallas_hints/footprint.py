@@ -62,12 +62,13 @@ def _scoped(jaxpr) -> int:
     """The most VMEM that run_scoped allocations hold at one moment inside ``jaxpr``."""
     most = 0
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "run_scoped":
-            inner, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
+        view = jaxcompat.control(eqn)
+        if isinstance(view, jaxcompat.Scoped):
+            inner, _ = view.body
             mine = sum(_bytes(v.aval) for v in inner.invars if _in_vmem(v.aval))
             most = max(most, mine + _scoped(inner))
         else:
-            for inner, _ in jaxcompat.sub_jaxprs(eqn):
+            for inner, _ in jaxcompat.parts(eqn):
                 most = max(most, _scoped(inner))
     return most
 

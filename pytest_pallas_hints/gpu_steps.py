@@ -158,15 +158,11 @@ def _ref(var, root):
     return _Ref(root, int(getattr(getattr(var.aval, "dtype", None), "num_arrivals", 1) or 1))
 
 
-def _leaves(eqn, ins, start, *trees):
-    """The transform leaves of each operand, for treedefs named ``trees``, from ``start``."""
-    groups = []
-    for tree in trees:
-        count = eqn.params[tree].num_leaves if eqn.params.get(tree) is not None else 0
-        groups.append(tuple(v if not isinstance(v, _Ref) else None
-                            for v in ins[start:start + count]))
-        start += count
-    return groups, start
+def _leaves(layout, ins, *names):
+    """The transform leaves of each ref ``names`` of an equation (``jaxcompat.GpuRefs``),
+    None where a leaf is a ref."""
+    return [tuple(v if not isinstance(v, _Ref) else None for v in layout.leaves_of(name, ins))
+            for name in names]
 
 
 def _may_alias(a, b) -> bool:
@@ -251,97 +247,7 @@ class _Block:
         return self
 
 
-class _Loops:
-    """A thread's loops (while and scan), stepped on their integers (_Thread's, split off
-    for length)."""
-
-    def _while(self, eqn, ins):
-        params = eqn.params
-        cond, cond_consts = jaxcompat.open_jaxpr(params["cond_jaxpr"])
-        body, body_consts = jaxcompat.open_jaxpr(params["body_jaxpr"])
-        cn, bn = params["cond_nconsts"], params["body_nconsts"]
-        cargs, bargs, carry = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
-        step = 0
-        while True:
-            go = yield from self._call(cond, cond_consts, [*cargs, *carry])
-            if go[0] is None:
-                raise _Unknown("a loop bound that is not known")
-            if not go[0]:
-                return carry
-            self.steps.append(step)
-            carry = yield from self._call(body, body_consts, [*bargs, *carry])
-            self.steps.pop()
-            step += 1
-
-    def _scan(self, eqn, ins):
-        params = eqn.params
-        body, consts = jaxcompat.open_jaxpr(params["jaxpr"])
-        nc, ncarry = jaxcompat.scan_layout(eqn)
-        fixed, carry, xs = ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]
-        steps = range(params["length"])
-        for step in (reversed(steps) if params.get("reverse") else steps):
-            self.steps.append(step)
-            out = yield from self._call(body, consts, [*fixed, *carry, *([None] * len(xs))])
-            self.steps.pop()
-            carry = out[:ncarry]
-        return [*carry, *([None] * (len(eqn.outvars) - ncarry))]
-
-
-class _Engines:
-    """A thread's asynchronous units, the tensor core and the TMA engine (_Thread's, split
-    off for length)."""
-
-    def _wgmma(self, eqn, ins):
-        (_, a, b), end = _leaves(eqn, ins, 3, "acc_transforms_tree", "a_transforms_tree",
-                                 "b_transforms_tree")
-        keys = [(ref.root, leaves) for ref, leaves in ((ins[1], a), (ins[2], b))
-                if isinstance(ref, _Ref)]
-        self.pending.append((eqn, keys))
-        self.block.wgmmas += 1
-
-    def _retire(self, left: int, eqn):
-        self.pending = self.pending[len(self.pending) - left:] if left > 0 else []
-        self.last_wait = eqn
-
-    def _copy_in(self, eqn, ins):
-        has_barrier = bool(eqn.params.get("has_barrier", True))
-        (src, dst, bar), end = _leaves(eqn, ins, 2 + has_barrier, "src_transforms_treedef",
-                                     "dst_transforms_treedef", "barrier_transforms_treedef")
-        if eqn.params.get("has_user_predicate") and ins[end] is False:
-            return
-        self._window(eqn, 0, ins[0], "src_transforms_treedef", src)
-        if isinstance(ins[1], _Ref):
-            written = (ins[1].root, dst)
-            for wgmma, keys in self.pending:
-                if any(_may_alias(key, written) for key in keys) \
-                        and (id(wgmma), id(eqn)) not in self.block.kernel.seen_refills:
-                    self.block.kernel.seen_refills.add((id(wgmma), id(eqn)))
-                    self.block.kernel.refills.append(Refill(wgmma, eqn, self.last_wait))
-        if has_barrier:
-            self._arrive((ins[2], bar), eqn, by_thread=False)
-
-    def _copy_out(self, eqn, ins):
-        (_, dst), end = _leaves(eqn, ins, 2, "src_transforms_treedef", "dst_transforms_treedef")
-        if not (eqn.params.get("has_user_predicate") and ins[end] is False):
-            self._window(eqn, 1, ins[1], "dst_transforms_treedef", dst)
-
-    def _window(self, eqn, operand: int, ref, tree: str, leaves):
-        """Notes a copy whose GMEM window (operand ``operand``, ``ref``) leaves its ref."""
-        outside = self.block.kernel.outside
-        if id(eqn) in outside or eqn.params.get(tree) is None:
-            return
-        try:
-            transforms = eqn.params[tree].unflatten(list(leaves))
-        except Exception:   # a transform this JAX builds differently: no verdict
-            return
-        where = jaxcompat.outside_view(tuple(eqn.invars[operand].aval.shape), transforms)
-        if where:
-            root = getattr(ref, "root", None)
-            outside[id(eqn)] = Outside(eqn, where, dict(self.block.where),
-                                       root[1] if root and root[0] == "in" else None)
-
-
-class _Thread(_Loops, _Engines):
+class _Thread:
     """One Pallas thread of a block, run as a coroutine that yields (the barrier_wait,
     its barrier key, the completion it needs, the loop steps) while it is blocked."""
 
@@ -380,61 +286,133 @@ class _Thread(_Loops, _Engines):
             name = eqn.primitive.name
             ins = [self._read(env, v) for v in eqn.invars]
             outs = None
+            view = jaxcompat.control(eqn)
             if name in _SCALAR:
                 outs = [_scalar(eqn, ins)]
             elif name == "axis_index":
-                axis = eqn.params["axis_name"]
-                outs = [self.number if axis == self.block.thread_axis
-                        else self.block.where.get(axis)]
-            elif name == "cond":
-                if ins[0] is None:
+                axes = jaxcompat.mesh_axes(eqn)
+                outs = [self.number if axes == (self.block.thread_axis,)
+                        else self.block.where.get(axes[0]) if len(axes) == 1 else None]
+            elif isinstance(view, jaxcompat.Branches):
+                which, operands = view.split(ins)
+                if which is None:
                     raise _Unknown("a branch on an unknown value")
-                branches = eqn.params["branches"]
-                inner, consts = jaxcompat.open_jaxpr(
-                    branches[min(max(int(ins[0]), 0), len(branches) - 1)])
-                outs = yield from self._call(inner, consts, ins[1:])
-            elif name == "while":
-                outs = yield from self._while(eqn, ins)
-            elif name == "scan":
-                outs = yield from self._scan(eqn, ins)
-            elif name == "run_scoped":
-                inner, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
+                outs = yield from self._call(*view.picked(which), operands)
+            elif isinstance(view, jaxcompat.Loop):
+                outs = yield from self._loop(view, eqn, ins)
+            elif isinstance(view, jaxcompat.Scoped):
+                inner, _ = view.body
                 scoped = [_ref(var, ("scoped", id(var))) for var in inner.invars]
                 inner_env = dict(zip(inner.constvars, ins))
                 inner_env.update(zip(inner.invars, scoped))
                 yield from self._run(inner, inner_env)
                 outs = [self._read(inner_env, v) for v in inner.outvars]
-            elif jaxcompat.inlined(eqn) is not None:
-                inner, consts = jaxcompat.inlined(eqn)
-                outs = yield from self._call(inner, consts, ins)
+            elif isinstance(view, jaxcompat.Inline):
+                outs = yield from self._call(*view.body, ins)
             elif name == "wgmma_ref":
                 self._wgmma(eqn, ins)
-            elif name == "wgmma_wait":
-                self._retire(int(eqn.params.get("n", 0)), eqn)
-            elif name == "wgmma_accumulator_deref":
-                self._retire(int(eqn.params.get("wait_n", 0)), eqn)
+            elif jaxcompat.wgmma_left_running(eqn) is not None:
+                self._retire(jaxcompat.wgmma_left_running(eqn), eqn)
             elif name == "copy_gmem_to_smem":
                 self._copy_in(eqn, ins)
             elif name == "copy_smem_to_gmem":
                 self._copy_out(eqn, ins)
             elif name == "barrier_arrive":
-                (leaves,), end = _leaves(eqn, ins, 1, "transforms_treedef")
-                if not (eqn.params.get("has_user_predicate") and ins[end] is False):
-                    self._arrive((ins[0], leaves), eqn, by_thread=True)
+                layout = jaxcompat.gpu_refs(eqn)
+                if not layout.skipped(ins):
+                    self._arrive((layout.ref("barrier", ins), _leaves(layout, ins, "barrier")[0]),
+                                 eqn, by_thread=True)
             elif name == "barrier_wait":
-                (leaves,), _ = _leaves(eqn, ins, 1, "transforms_treedef")
-                key = self._key(ins[0], leaves)
+                layout = jaxcompat.gpu_refs(eqn)
+                key = self._key(layout.ref("barrier", ins), _leaves(layout, ins, "barrier")[0])
                 needs = self.waits.get(key, 0) + 1
                 while self.block.completions(key) < needs:
                     yield (eqn, key, needs, tuple(self.steps))
                 self.waits[key] = needs
-            elif any(True for _ in jaxcompat.sub_jaxprs(eqn)) and name not in (
-                    "custom_vmap_call",):
+            elif jaxcompat.parts(eqn) and name not in ("custom_vmap_call",):
                 raise _Unknown(f"{name}: a body this module does not run")
             if outs is None or len(outs) != len(eqn.outvars):
                 outs = [None] * len(eqn.outvars)
             for var, value in zip(eqn.outvars, outs):
                 env[var] = value
+
+    # -- loops, stepped on their integers
+    def _loop(self, view: jaxcompat.Loop, eqn, ins):
+        cargs, bargs, carry, xs = view.split(ins)
+        body, body_consts = view.body
+        if view.kind == "scan":
+            for step in view.iterations():
+                self.steps.append(step)
+                out = yield from self._call(body, body_consts,
+                                            [*bargs, *carry, *([None] * len(xs))])
+                self.steps.pop()
+                carry = out[:view.num_carry]
+            return [*carry, *([None] * (len(eqn.outvars) - view.num_carry))]
+        cond, cond_consts = view.cond
+        step = 0
+        while True:
+            go = yield from self._call(cond, cond_consts, [*cargs, *carry])
+            if go[0] is None:
+                raise _Unknown("a loop bound that is not known")
+            if not go[0]:
+                return carry
+            self.steps.append(step)
+            carry = yield from self._call(body, body_consts, [*bargs, *carry])
+            self.steps.pop()
+            step += 1
+
+    # -- the asynchronous units: the tensor core and the TMA engine
+    def _wgmma(self, eqn, ins):
+        layout = jaxcompat.gpu_refs(eqn)
+        a, b = _leaves(layout, ins, "a", "b")
+        keys = [(ref.root, leaves) for ref, leaves in ((layout.ref("a", ins), a),
+                                                       (layout.ref("b", ins), b))
+                if isinstance(ref, _Ref)]
+        self.pending.append((eqn, keys))
+        self.block.wgmmas += 1
+
+    def _retire(self, left: int, eqn):
+        self.pending = self.pending[len(self.pending) - left:] if left > 0 else []
+        self.last_wait = eqn
+
+    def _copy_in(self, eqn, ins):
+        layout = jaxcompat.gpu_refs(eqn)
+        if layout.skipped(ins):
+            return
+        self._window(eqn, layout, "src", ins)
+        dst = layout.ref("dst", ins)
+        if isinstance(dst, _Ref):
+            written = (dst.root, _leaves(layout, ins, "dst")[0])
+            for wgmma, keys in self.pending:
+                if any(_may_alias(key, written) for key in keys) \
+                        and (id(wgmma), id(eqn)) not in self.block.kernel.seen_refills:
+                    self.block.kernel.seen_refills.add((id(wgmma), id(eqn)))
+                    self.block.kernel.refills.append(Refill(wgmma, eqn, self.last_wait))
+        if "barrier" in layout.names:
+            self._arrive((layout.ref("barrier", ins), _leaves(layout, ins, "barrier")[0]), eqn,
+                         by_thread=False)
+
+    def _copy_out(self, eqn, ins):
+        layout = jaxcompat.gpu_refs(eqn)
+        if not layout.skipped(ins):
+            self._window(eqn, layout, "dst", ins)
+
+    def _window(self, eqn, layout, name: str, ins):
+        """Notes a copy whose GMEM window (its ref ``name``) leaves its ref."""
+        outside = self.block.kernel.outside
+        if id(eqn) in outside:
+            return
+        try:
+            transforms = layout.transforms(name, _leaves(layout, ins, name)[0])
+        except Exception:   # a transform this JAX builds differently: no verdict
+            return
+        if not transforms:
+            return
+        where = jaxcompat.outside_view(layout.shape(name), transforms)
+        if where:
+            root = getattr(layout.ref(name, ins), "root", None)
+            outside[id(eqn)] = Outside(eqn, where, dict(self.block.where),
+                                       root[1] if root and root[0] == "in" else None)
 
     # -- barriers
     @staticmethod

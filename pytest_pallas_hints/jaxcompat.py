@@ -294,6 +294,135 @@ def sub_jaxprs(eqn) -> list:
     return found
 
 
+# ------------------------------------------------------- a program's control flow ---
+# JAX keeps the programs that run inside an equation among its parameters, each
+# primitive its own way (a cond's branches; a while's cond and body with their counts of
+# constants; a scan's body with its constants, carries, length and direction; a
+# run_scoped body whose inputs are fresh allocations; a call's body). The kit reads them
+# here only, as one of these views (``control``), and walks every equation of a program
+# with its sub-programs through ``equations``.
+
+@dataclasses.dataclass(frozen=True)
+class Branches:
+    """A cond (``pl.when``, ``lax.cond``): operand 0 picks a branch (clamped to the
+    branches), and the branch runs on the other operands."""
+    programs: tuple                     # (jaxpr, consts) per branch, in index order
+
+    @staticmethod
+    def split(values):
+        """(the branch index, the branch's operands) from the equation's operands."""
+        return values[0], list(values[1:])
+
+    def picked(self, index):
+        """The branch (jaxpr, consts) an index picks, as lax.cond clamps it."""
+        return self.programs[min(max(int(index), 0), len(self.programs) - 1)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop:
+    """A while (``fori_loop`` with traced bounds, ``lax.while_loop``) or a scan
+    (``fori_loop`` with static bounds, ``lax.scan``). The body runs on
+    ``[*body consts, *carry, *xs]`` (a while has no xs) and returns the carry first; a
+    while's condition runs on ``[*cond consts, *carry]``."""
+    kind: str                           # "while" or "scan"
+    body: tuple                         # (jaxpr, consts)
+    cond: tuple | None                  # a while's condition (jaxpr, consts)
+    num_cond_consts: int
+    num_body_consts: int
+    num_carry: int
+    length: int | None = None           # a scan's number of iterations
+    reverse: bool = False               # a scan that runs from its last iteration
+
+    def split(self, values):
+        """(cond consts, body consts, carry, xs) from the equation's operands."""
+        values = list(values)
+        c, b, n = self.num_cond_consts, self.num_body_consts, self.num_carry
+        return values[:c], values[c:c + b], values[c + b:c + b + n], values[c + b + n:]
+
+    def body_operands(self, values):
+        """The operands, among the equation's, that the body's inputs stand for."""
+        _, consts, carry, xs = self.split(values)
+        return [*consts, *carry, *xs]
+
+    def iterations(self):
+        """A scan's iteration indices in the order it runs them."""
+        steps = range(self.length or 0)
+        return reversed(steps) if self.reverse else steps
+
+
+@dataclasses.dataclass(frozen=True)
+class Scoped:
+    """A ``pl.run_scoped``: its body's inputs are the scoped allocations; the equation's
+    operands are what its body closes over (the body's constvars)."""
+    body: tuple                         # (jaxpr, consts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Inline:
+    """A call whose body runs once, in place, on the equation's operands (a jit, a
+    custom_vjp or custom_jvp function, remat...)."""
+    body: tuple                         # (jaxpr, consts)
+
+
+_VIEWS: dict = {}   # id(eqn) -> (eqn, its view): interpreters ask once per step
+
+
+def control(eqn):
+    """The view of the programs inside ``eqn``: ``Branches``, ``Loop``, ``Scoped`` or
+    ``Inline``; None for an equation with none of those (a kernel, a shard_map and
+    plain ops; ``kernel_call`` and ``shard_map_body`` read the first two)."""
+    cached = _VIEWS.get(id(eqn))
+    if cached is not None and cached[0] is eqn:
+        return cached[1]
+    if len(_VIEWS) > 100_000:
+        _VIEWS.clear()
+    view = _VIEWS[id(eqn)] = (eqn, _control(eqn))
+    return view[1]
+
+
+def _control(eqn):
+    name = eqn.primitive.name
+    params = eqn.params
+    if name == "cond":
+        return Branches(tuple(open_jaxpr(b) for b in params["branches"]))
+    if name == "while":
+        return Loop("while", open_jaxpr(params["body_jaxpr"]), open_jaxpr(params["cond_jaxpr"]),
+                    params["cond_nconsts"], params["body_nconsts"],
+                    len(eqn.invars) - params["cond_nconsts"] - params["body_nconsts"])
+    if name == "scan":
+        num_consts, num_carry = scan_layout(eqn)
+        return Loop("scan", open_jaxpr(params["jaxpr"]), None, 0, num_consts, num_carry,
+                    length=int(params["length"]), reverse=bool(params.get("reverse")))
+    if name == "run_scoped":
+        return Scoped(open_jaxpr(params["jaxpr"]))
+    body = inlined(eqn)
+    return Inline(body) if body is not None else None
+
+
+def parts(eqn) -> list:
+    """The (jaxpr, consts) of every program inside ``eqn``, whatever it is: a branch, a
+    loop's condition and body, a scoped or called body, a kernel, a shard_map's body."""
+    view = control(eqn)
+    if isinstance(view, Branches):
+        return list(view.programs)
+    if isinstance(view, Loop):
+        return [view.body] + ([view.cond] if view.cond else [])
+    if view is not None:
+        return [view.body]
+    return sub_jaxprs(eqn)
+
+
+def equations(jaxpr, *, into=None):
+    """Every equation of ``jaxpr`` and of the programs inside its equations, in program
+    order, each before those inside it. ``into(eqn)``: whether to go inside ``eqn``
+    (default: always)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        if into is None or into(eqn):
+            for inner, _ in parts(eqn):
+                yield from equations(inner, into=into)
+
+
 def bind(eqn, invals, **overrides):
     """Applies ``eqn``'s primitive to ``invals`` (while tracing, or eagerly), with some
     parameters replaced, under the equation's own source location (so errors name
@@ -336,6 +465,146 @@ def from_emit_pipeline(eqn) -> bool:
             continue   # the tracing machinery, and the primitive's own wrapper
         return False
     return False
+
+
+# ------------------------------------------------------- what an op's parameters say ---
+
+def grid_axis(eqn) -> int:
+    """The grid axis a ``program_id`` or ``num_programs`` equation reads."""
+    return int(eqn.params["axis"])
+
+
+def mesh_axes(eqn) -> tuple:
+    """The mesh axis names an ``axis_index`` equation reads (its index is row-major over
+    several)."""
+    names = eqn.params["axis_name"]
+    return tuple(names) if isinstance(names, (tuple, list)) else (names,)
+
+
+def contracting_dims(eqn) -> tuple:
+    """The left operand's contracting dims of a ``dot_general`` equation."""
+    (contract, _), _ = eqn.params["dimension_numbers"]
+    return tuple(contract)
+
+
+def wgmma_left_running(eqn) -> int | None:
+    """How many wgmma groups a ``wgmma_wait`` (or the wait of a
+    ``wgmma_accumulator_deref``) leaves running; None for another equation."""
+    name = eqn.primitive.name
+    if name == "wgmma_wait":
+        return int(eqn.params.get("n", 0))
+    if name == "wgmma_accumulator_deref":
+        return int(eqn.params.get("wait_n", 0))
+    return None
+
+
+def evaluated(eqn, values, np):
+    """A primitive whose result depends on its parameters, computed in NumPy (``np``) from
+    its operands' values: a cast, an integer power, a broadcast of a scalar, an iota.
+    None for any other primitive (or a sharded iota)."""
+    name, params = eqn.primitive.name, eqn.params
+    if name == "convert_element_type":
+        return np.asarray(values[0]).astype(params["new_dtype"])
+    if name == "integer_pow":
+        return np.power(values[0], params["y"])
+    if name == "broadcast_in_dim" and np.ndim(values[0]) == 0:
+        return np.broadcast_to(values[0], params["shape"])
+    if name == "iota" and not params.get("sharding"):
+        shape, dim = params["shape"], params["dimension"]
+        return np.broadcast_to(np.arange(shape[dim], dtype=params["dtype"]).reshape(
+            [-1 if d == dim else 1 for d in range(len(shape))]), shape)
+    return None
+
+
+def describe(x):
+    """Text for everything in a jaxpr: its printout, plus every field of the
+    parameters the printout abbreviates (a pallas_call's GridMapping omits its
+    index maps, for one). An object whose repr names a memory address makes the
+    text differ from run to run: as a cache key, a miss, never a false hit."""
+    if is_jaxpr(x):
+        yield str(x)
+        jaxpr, _ = open_jaxpr(x)
+        for eqn in jaxpr.eqns:
+            for name, value in sorted(eqn.params.items()):
+                yield name
+                yield from describe(value)
+    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+        yield type(x).__qualname__
+        for field in dataclasses.fields(x):
+            yield field.name
+            yield from describe(getattr(x, field.name))
+    elif isinstance(x, (tuple, list)):
+        yield f"{type(x).__name__}[{len(x)}]"
+        for item in x:
+            yield from describe(item)
+    else:
+        yield repr(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuRefs:
+    """How a Mosaic GPU equation lays out its operands: the refs it names (a TMA copy's
+    source, destination and barrier; a wgmma's accumulator, a and b; a barrier's
+    barrier), each followed, after all the refs, by the leaves of the transforms that
+    index it (``.at[...]``, tiling, swizzle), then the user's predicate, if any."""
+    eqn: object
+    names: tuple                 # the refs' roles, e.g. ("src", "dst", "barrier")
+    refs: tuple                  # operand position of each ref
+    leaves: tuple                # per ref: (start, stop) of its transform leaves
+    predicate: int | None        # operand position of the user's predicate
+
+    def ref(self, name: str, values):
+        return values[self.refs[self.names.index(name)]]
+
+    def leaves_of(self, name: str, values) -> tuple:
+        lo, hi = self.leaves[self.names.index(name)]
+        return tuple(values[lo:hi])
+
+    def transforms(self, name: str, leaves):
+        """The transforms of ref ``name``, rebuilt from the values of its leaves."""
+        tree = self._trees[self.names.index(name)]
+        return tree.unflatten(list(leaves)) if tree is not None else ()
+
+    def shape(self, name: str) -> tuple:
+        """The whole shape of ref ``name`` (before its transforms)."""
+        return tuple(self.eqn.invars[self.refs[self.names.index(name)]].aval.shape)
+
+    def skipped(self, values) -> bool:
+        """Whether the user's predicate is known to be False (the op does nothing)."""
+        return self.predicate is not None and values[self.predicate] is False
+
+    @property
+    def _trees(self) -> tuple:
+        return tuple(self.eqn.params.get(tree) for tree in _GPU_TREES[self.eqn.primitive.name][1])
+
+
+_GPU_TREES = {   # primitive -> (its refs' roles, the parameter holding each one's transforms)
+    "copy_gmem_to_smem": (("src", "dst", "barrier"), ("src_transforms_treedef",
+                          "dst_transforms_treedef", "barrier_transforms_treedef")),
+    "copy_smem_to_gmem": (("src", "dst"), ("src_transforms_treedef", "dst_transforms_treedef")),
+    "wgmma_ref": (("acc", "a", "b"), ("acc_transforms_tree", "a_transforms_tree",
+                                      "b_transforms_tree")),
+    "barrier_arrive": (("barrier",), ("transforms_treedef",)),
+    "barrier_wait": (("barrier",), ("transforms_treedef",)),
+}
+
+
+def gpu_refs(eqn) -> GpuRefs | None:
+    """The operand layout of a Mosaic GPU TMA copy, wgmma or barrier equation; None for
+    any other equation."""
+    if eqn.primitive.name not in _GPU_TREES:
+        return None
+    names, trees = _GPU_TREES[eqn.primitive.name]
+    params = eqn.params
+    if eqn.primitive.name == "copy_gmem_to_smem" and not params.get("has_barrier", True):
+        names, trees = names[:2], trees[:2]
+    start, leaves = len(names), []
+    for tree in trees:
+        count = params[tree].num_leaves if params.get(tree) is not None else 0
+        leaves.append((start, start + count))
+        start += count
+    predicate = start if params.get("has_user_predicate") else None
+    return GpuRefs(eqn, names, tuple(range(len(names))), tuple(leaves), predicate)
 
 
 def is_ref(aval) -> bool:
@@ -805,14 +1074,10 @@ def _tensorcore_kernel_call(eqn) -> KernelCall:
 def _first_user_frame(jaxpr) -> tuple[str, int]:
     """(file, line) of the first equation of ``jaxpr`` (depth first) made outside JAX:
     a line of the kernel's own body (plgpu.kernel's jaxpr names JAX's wrapper)."""
-    for eqn in jaxpr.eqns:
+    for eqn in equations(jaxpr):
         for path, line in frames(eqn):
             if "/jax/" not in path.replace("\\", "/") and "pytest_pallas_hints" not in path:
                 return path, line
-        for inner, _ in sub_jaxprs(eqn):
-            found = _first_user_frame(inner)
-            if found[0]:
-                return found
     return "", 0
 
 
@@ -1431,7 +1696,7 @@ def wgmma_operands(jaxpr) -> list[dict]:
     None for an operand in registers, else the SMEM ref's layout: {"swizzle": bytes or
     None, "tiling": tile shape or None}; and "eqn", the equation."""
     found = []
-    for eqn in jaxpr.eqns:
+    for eqn in equations(jaxpr):
         if eqn.primitive.name == "wgmma_ref":
             entry = {"eqn": eqn}
             for operand, var in zip(("a", "b"), eqn.invars[1:3]):
@@ -1451,52 +1716,39 @@ def wgmma_operands(jaxpr) -> list[dict]:
                         layout["tiling"] = tuple(int(t) for t in transform.tiling)
                 entry[operand] = layout
             found.append(entry)
-        for inner, _ in sub_jaxprs(eqn):
-            found += wgmma_operands(inner)
     return found
 
 
 def pipeline_buffers(jaxpr) -> list[tuple]:
     """The shapes of the SMEM buffers that plgpu.emit_pipeline allocates in ``jaxpr``:
     one per operand it copies, (slots, *block shape) each."""
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "run_scoped" and _made_by_gpu_pipeline(eqn):
-            inner, _ = open_jaxpr(eqn.params["jaxpr"])
-            for var in inner.invars:
-                aval = var.aval
-                if memory_space(aval) == "smem" and "barrier" not in str(aval.dtype):
-                    found.append(tuple(int(d) for d in aval.shape))
-        for inner, _ in sub_jaxprs(eqn):
-            found += pipeline_buffers(inner)
-    return found
+    return _scoped_smem(jaxpr, by_pipeline=True)
 
 
 def smem_allocations(jaxpr) -> list[tuple]:
     """The shapes of the SMEM buffers (barriers aside) that a Mosaic GPU kernel allocates
     itself (scratch_types, pl.run_scoped), not those of plgpu.emit_pipeline."""
+    return _scoped_smem(jaxpr, by_pipeline=False)
+
+
+def _scoped_smem(jaxpr, by_pipeline: bool) -> list[tuple]:
+    """The shapes of the SMEM buffers (barriers aside) that the run_scoped allocations in
+    ``jaxpr`` make, those of plgpu.emit_pipeline's or the others."""
     found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "run_scoped" and not _made_by_gpu_pipeline(eqn):
-            inner, _ = open_jaxpr(eqn.params["jaxpr"])
-            for var in inner.invars:
+    for eqn in equations(jaxpr):
+        view = control(eqn)
+        if isinstance(view, Scoped) and _made_by_gpu_pipeline(eqn) == by_pipeline:
+            for var in view.body[0].invars:
                 if memory_space(var.aval) == "smem" and "barrier" not in str(var.aval.dtype):
                     found.append(tuple(int(d) for d in var.aval.shape))
-        for inner, _ in sub_jaxprs(eqn):
-            found += smem_allocations(inner)
     return found
 
 
 def gmem_accesses(jaxpr) -> list:
     """The loads and stores (get, swap equations) of a Mosaic GPU kernel that read or
     write a GMEM ref directly, not through SMEM."""
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name in ("get", "swap") and memory_space(eqn.invars[0].aval) == "gmem":
-            found.append(eqn)
-        for inner, _ in sub_jaxprs(eqn):
-            found += gmem_accesses(inner)
-    return found
+    return [eqn for eqn in equations(jaxpr)
+            if eqn.primitive.name in ("get", "swap") and memory_space(eqn.invars[0].aval) == "gmem"]
 
 
 def _made_by_gpu_pipeline(eqn) -> bool:

@@ -83,25 +83,26 @@ def _walk(jaxpr, refs: dict, state: _State, found: list) -> _State:
                 _async_read(eqn, _root(operand, refs), state, found, copies_too=True)
         elif name == "copy_smem_to_gmem":
             _async_read(eqn, _root(ins[0], refs), state, found, copies_too=False)
-        elif name == "run_scoped":
-            inner, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
+        view = jaxcompat.control(eqn)
+        if isinstance(view, jaxcompat.Scoped):
+            inner, _ = view.body
             scoped = {var: ("scoped", id(var)) for var in inner.invars}
             inner_refs = {**_bind(inner.constvars, ins, refs), **scoped}
             state = _walk(inner, inner_refs, state, found)
-        elif name == "cond":
+        elif isinstance(view, jaxcompat.Branches):
             merged = state.copy()
-            for branch in eqn.params["branches"]:
-                inner, _ = jaxcompat.open_jaxpr(branch)
-                merged.merge(_walk(inner, _bind(inner.invars, ins[1:], refs), state.copy(),
+            _, operands = view.split(ins)
+            for inner, _ in view.programs:
+                merged.merge(_walk(inner, _bind(inner.invars, operands, refs), state.copy(),
                                    found))
             state = merged
-        elif name in ("while", "scan"):
-            body, operands = _loop_body(eqn)
-            inner_refs = _bind(body.invars, operands, refs)
+        elif isinstance(view, jaxcompat.Loop):
+            body, _ = view.body
+            inner_refs = _bind(body.invars, view.body_operands(ins), refs)
             for _ in range(2):
                 state.merge(_walk(body, inner_refs, state.copy(), found))
-        elif jaxcompat.inlined(eqn) is not None:
-            inner, _ = jaxcompat.inlined(eqn)
+        elif isinstance(view, jaxcompat.Inline):
+            inner, _ = view.body
             state = _walk(inner, _bind(inner.invars, ins, refs), state, found)
     return state
 
@@ -121,16 +122,14 @@ def _root(var, refs: dict):
 
 def _barrier(eqn, refs: dict):
     """(the barrier buffer, its static index or None) that an equation names."""
-    name = eqn.primitive.name
+    layout = jaxcompat.gpu_refs(eqn)
+    if layout is None or "barrier" not in layout.names:
+        return None, None
     ins = list(eqn.invars)
-    ref = ins[2] if name == "copy_gmem_to_smem" else ins[0]
-    index = None
-    leaves = [v for v in ins[3 if name == "copy_gmem_to_smem" else 1:] if jaxcompat.is_literal(v)]
-    dynamic = [v for v in ins[3 if name == "copy_gmem_to_smem" else 1:]
-               if not jaxcompat.is_literal(v)]
-    if leaves and not dynamic:
-        index = tuple(int(v.val) for v in leaves)
-    return _root(ref, refs), index
+    leaves = layout.leaves_of("barrier", ins)
+    index = tuple(int(v.val) for v in leaves) if leaves and all(
+        jaxcompat.is_literal(v) for v in leaves) else None
+    return _root(layout.ref("barrier", ins), refs), index
 
 
 def _same_barrier(a, b) -> bool:
@@ -143,13 +142,3 @@ def _same_barrier(a, b) -> bool:
 def _bind(inner_vars, outer_vars, refs: dict) -> dict:
     return {inner: refs[outer] for inner, outer in zip(inner_vars, outer_vars)
             if not jaxcompat.is_literal(outer) and outer in refs}
-
-
-def _loop_body(eqn):
-    """(body jaxpr, the outer operands its invars stand for) of a while or scan."""
-    ins = list(eqn.invars)
-    if eqn.primitive.name == "scan":
-        body, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
-        return body, ins
-    body, _ = jaxcompat.open_jaxpr(eqn.params["body_jaxpr"])
-    return body, ins[eqn.params["cond_nconsts"]:]

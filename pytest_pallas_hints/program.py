@@ -69,7 +69,7 @@ class Program:
 
     def describe(self) -> str:
         """Text for everything in the program, parameters included (a cache key)."""
-        return "\n".join(_describe(self.closed))
+        return "\n".join(jaxcompat.describe(self.closed))
 
 
 _CALLBACKS = {"pure_callback", "io_callback", "callback"}
@@ -146,8 +146,8 @@ def read(closed, out_tree) -> Program:
                 outs = [graph.add("kernel_out", [kernel], site=site, position=k)
                         for k in range(len(eqn.outvars))]
                 callbacks.extend(_callbacks_in(call.kernel))
-            elif jaxcompat.inlined(eqn) is not None:
-                inner, _ = jaxcompat.inlined(eqn)
+            elif isinstance(view := jaxcompat.control(eqn), jaxcompat.Inline):
+                inner, _ = view.body
                 outs = walk(inner, [graph.add("const", []) if n is None else n
                                     for n in map(node, eqn.invars)], repeated, mesh)
             elif jaxcompat.shard_map_body(eqn) is not None:   # once per device, each on
@@ -156,7 +156,7 @@ def read(closed, out_tree) -> Program:
                                     for n in map(node, eqn.invars)], repeated, mesh + axes)
             else:
                 inner_outs = []
-                for inner, _ in jaxcompat.sub_jaxprs(eqn):  # cond, while, scan...
+                for inner, _ in jaxcompat.parts(eqn):  # cond, while, scan...
                     merged = graph.add("op", ins, name=name, nbytes=0, integer=True)
                     inner_outs += walk(inner, [merged] * len(inner.invars), True)
                 outs = [graph.add("op", ins + [n for n in inner_outs if n is not None],
@@ -248,15 +248,8 @@ def _integer(eqn) -> bool:
                for d in dtypes)
 
 
-def _all_eqns(jaxpr):
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for inner, _ in jaxcompat.sub_jaxprs(eqn):
-            yield from _all_eqns(inner)
-
-
 def _callbacks_in(kernel) -> list[str]:
-    return [e.primitive.name for e in _all_eqns(kernel) if e.primitive.name in _CALLBACKS]
+    return [e.primitive.name for e in jaxcompat.equations(kernel) if e.primitive.name in _CALLBACKS]
 
 
 _LIBRARY = ("jax/experimental/pallas/ops/", "jax\\experimental\\pallas\\ops\\")
@@ -265,7 +258,7 @@ _LIBRARY = ("jax/experimental/pallas/ops/", "jax\\experimental\\pallas\\ops\\")
 def _foreign(kernel) -> str:
     """The JAX library file a kernel's code comes from (JAX's own Pallas kernels
     standing in for the learner's), or ""."""
-    for eqn in _all_eqns(kernel):
+    for eqn in jaxcompat.equations(kernel):
         for path, _ in jaxcompat.frames(eqn):
             if any(part in path for part in _LIBRARY):
                 return path
@@ -294,7 +287,7 @@ def site_of(program: Program, error: BaseException, sources) -> tuple[str, int] 
               _copy_out_of_smem if "copy_smem_to_gmem" in text else
               _slice_at_run_time if "out of bounds" in text.lower() else None)
     for site in program.sites:
-        for eqn in _all_eqns(site.call.kernel) if wanted else ():
+        for eqn in jaxcompat.equations(site.call.kernel) if wanted else ():
             if wanted(eqn):
                 line = _user_line(eqn, sources)
                 if line:
@@ -423,40 +416,15 @@ def _evaluate(jaxpr, consts, args, visit) -> list:
 
     for eqn in jaxpr.eqns:
         invals = [read(v) for v in eqn.invars]
-        inner = jaxcompat.inlined(eqn)
+        view = jaxcompat.control(eqn)
         if jaxcompat.is_kernel(eqn):
             outs = jaxcompat.bind(eqn, invals, **visit(eqn, invals))
         elif jaxcompat.shard_map_body(eqn) is not None:
             outs = jaxcompat.bind(jaxcompat.with_kernels(eqn, lambda kernel: visit(kernel, None)),
                                   invals)
-        elif inner is not None:
-            outs = _evaluate(inner[0], inner[1], invals, visit)
+        elif isinstance(view, jaxcompat.Inline):
+            outs = _evaluate(*view.body, invals, visit)
         else:
             outs = jaxcompat.bind(eqn, invals)
         env.update(zip(eqn.outvars, outs))
     return [read(v) for v in jaxpr.outvars]
-
-
-def _describe(x):
-    """Text for everything in a jaxpr: its printout, plus every field of the
-    parameters the printout abbreviates (a pallas_call's GridMapping omits its
-    index maps, for one). An object whose repr names a memory address makes the
-    key differ from run to run: a miss, never a false hit."""
-    if jaxcompat.is_jaxpr(x):
-        yield str(x)
-        jaxpr, _ = jaxcompat.open_jaxpr(x)
-        for eqn in jaxpr.eqns:
-            for name, value in sorted(eqn.params.items()):
-                yield name
-                yield from _describe(value)
-    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
-        yield type(x).__qualname__
-        for field in dataclasses.fields(x):
-            yield field.name
-            yield from _describe(getattr(x, field.name))
-    elif isinstance(x, (tuple, list)):
-        yield f"{type(x).__name__}[{len(x)}]"
-        for item in x:
-            yield from _describe(item)
-    else:
-        yield repr(x)

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from .frozen import np
 
+from . import jaxcompat
 from .diagnose import Finding, _source_line
 
 # Ops that never do work: they relabel the same bytes.
@@ -278,7 +279,6 @@ def _wgmma_operands(program, structure, sources):
     """Every plgpu.wgmma: SMEM operands laid out for the tensor core (tiled (8, swizzle
     in elements) and swizzled), and a float32 accumulator. GPU interpret mode computes
     the product either way; a Hopper needs both."""
-    from . import jaxcompat
     from .program import _user_line
 
     for site in program.sites:
@@ -351,7 +351,7 @@ def _gpu_order(program, structure, sources):
             wait = refill.wait
             waited = ("none between the wgmma and the copy" if wait is None else
                       f"{_line(wait, sources)}   (lets "
-                      f"{int(wait.params.get('n', wait.params.get('wait_n', 0)))} run on)")
+                      f"{jaxcompat.wgmma_left_running(wait)} run on)")
             return [Finding("race_wgmma_refill", _GPU_RACE_SAYS["race_wgmma_refill"],
                             facts=[("wgmma", _line(refill.wgmma, sources)),
                                    ("wait", waited)])]
@@ -594,14 +594,12 @@ def _carried(call) -> list[tuple[str, object, object, frozenset]]:
 
 def _in_loops(jaxpr, inside: bool = False) -> set[int]:
     """ids of the equations of ``jaxpr`` that run inside a loop (while, scan)."""
-    from . import jaxcompat
-
     found = set()
     for eqn in jaxpr.eqns:
         if inside:
             found.add(id(eqn))
-        loop = eqn.primitive.name in ("while", "scan")
-        for inner, _ in jaxcompat.sub_jaxprs(eqn):
+        loop = isinstance(jaxcompat.control(eqn), jaxcompat.Loop)
+        for inner, _ in jaxcompat.parts(eqn):
             found |= _in_loops(inner, inside or loop)
     return found
 
@@ -610,8 +608,6 @@ def _flow(jaxpr, refs: dict, taint: dict, found: dict, consts=()) -> list[dict]:
     """Follows which buffers each value of ``jaxpr`` was read from (1: copied, 2: through
     arithmetic); records in ``found`` a buffer stored back from itself through arithmetic.
     ``refs``: ref var -> its buffer; ``taint``: value var -> {buffer: 1 or 2}."""
-    from . import jaxcompat
-
     def of(v):
         return {} if jaxcompat.is_literal(v) else taint.get(v, {})
 
@@ -633,23 +629,22 @@ def _flow(jaxpr, refs: dict, taint: dict, found: dict, consts=()) -> list[dict]:
             if name == "addupdate" or of(ins[1]).get(root) == 2:
                 found.setdefault(root, (eqn, _dtype(ins[0]), set()))[2].update(of(ins[1]))
             outs = [{root: 1} for _ in eqn.outvars]
-        elif name == "cond":
-            branches = eqn.params["branches"]
+        elif isinstance(view := jaxcompat.control(eqn), jaxcompat.Branches):
+            _, operands = view.split(ins)
             results = []
-            for branch in branches:
-                inner, _ = jaxcompat.open_jaxpr(branch)
-                results.append(_flow(inner, _bind_refs(inner.invars, ins[1:], refs),
-                                     _bind_taint(inner.invars, ins[1:], of), found))
+            for inner, _ in view.programs:
+                results.append(_flow(inner, _bind_refs(inner.invars, operands, refs),
+                                     _bind_taint(inner.invars, operands, of), found))
             outs = [merge(r[k] for r in results) for k in range(len(eqn.outvars))]
-        elif name == "run_scoped":
-            inner, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
+        elif isinstance(view, jaxcompat.Scoped):
+            inner, _ = view.body
             scoped = {var: ("scoped", id(var)) for var in inner.invars}
             inner_refs = {**_bind_refs(inner.constvars, ins, refs), **scoped}
             _flow(inner, inner_refs, _bind_taint(inner.constvars, ins, of), found)
-        elif name in ("while", "scan"):
-            outs = _loop(eqn, refs, of, found)
-        elif jaxcompat.inlined(eqn) is not None:
-            inner, _ = jaxcompat.inlined(eqn)
+        elif isinstance(view, jaxcompat.Loop):
+            outs = _loop(view, eqn, refs, of, found)
+        elif isinstance(view, jaxcompat.Inline):
+            inner, _ = view.body
             outs = _flow(inner, _bind_refs(inner.invars, ins, refs),
                          _bind_taint(inner.invars, ins, of), found)
         elif name not in ("dma_start", "dma_wait"):
@@ -660,22 +655,12 @@ def _flow(jaxpr, refs: dict, taint: dict, found: dict, consts=()) -> list[dict]:
     return [{} if jaxcompat.is_literal(v) else taint.get(v, {}) for v in jaxpr.outvars]
 
 
-def _loop(eqn, refs, of, found) -> list[dict]:
+def _loop(view, eqn, refs, of, found) -> list[dict]:
     """A while or scan: refs pass in as constants; each carry is followed around the body
     twice (what flows in once flows in for good), and a floating carry updated from
     itself through arithmetic is recorded."""
-    from . import jaxcompat
-
-    ins = list(eqn.invars)
-    if eqn.primitive.name == "scan":
-        num_consts, num_carry = jaxcompat.scan_layout(eqn)
-        body, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
-        consts, carry, rest = ins[:num_consts], ins[num_consts:num_consts + num_carry], \
-            ins[num_consts + num_carry:]
-    else:
-        nc, nb = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
-        body, _ = jaxcompat.open_jaxpr(eqn.params["body_jaxpr"])
-        consts, carry, rest = ins[nc:nc + nb], ins[nc + nb:], []
+    _, consts, carry, rest = view.split(list(eqn.invars))
+    body, _ = view.body
     marks = [("carry", id(eqn), k) for k in range(len(carry))]
     carried = [{**of(v), mark: 1} for v, mark in zip(carry, marks)]
     outs: list[dict] = []
@@ -709,8 +694,6 @@ def _bind_taint(inner_vars, outer_vars, of) -> dict:
 
 
 def _literal(v) -> bool:
-    from . import jaxcompat
-
     return jaxcompat.is_literal(v)
 
 
@@ -723,16 +706,12 @@ def _dtype(var):
 # ----------------------------------------------------------------- pieces ---
 
 def _primitives(jaxpr) -> set[str]:
-    from . import jaxcompat
-
     found = set()
-    for eqn in jaxpr.eqns:
+    for eqn in jaxcompat.equations(jaxpr):
         found.add(eqn.primitive.name)
         if eqn.primitive.name in ("dma_start", "copy_gmem_to_smem") \
                 and jaxcompat.from_emit_pipeline(eqn):
             found.add("emit_pipeline")
-        for inner, _ in jaxcompat.sub_jaxprs(eqn):
-            found |= _primitives(inner)
     return found
 
 

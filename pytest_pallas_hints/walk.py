@@ -332,18 +332,10 @@ def _apply(eqn, values):
         shape = getattr(out_aval, "shape", None)
         if shape is not None and np.size(out) == int(np.prod(shape)):
             out = np.reshape(out, shape)
-    elif name == "convert_element_type":
-        out = np.asarray(values[0]).astype(eqn.params["new_dtype"])
-    elif name == "integer_pow":
-        out = np.power(values[0], eqn.params["y"])
-    elif name == "broadcast_in_dim" and np.ndim(values[0]) == 0:
-        out = np.broadcast_to(values[0], eqn.params["shape"])
-    elif name == "iota" and not eqn.params.get("sharding"):
-        shape, dim = eqn.params["shape"], eqn.params["dimension"]
-        out = np.broadcast_to(np.arange(shape[dim], dtype=eqn.params["dtype"]).reshape(
-            [-1 if d == dim else 1 for d in range(len(shape))]), shape)
     else:
-        return None
+        out = jaxcompat.evaluated(eqn, values, np)
+        if out is None:
+            return None
     return [out]
 
 
@@ -376,7 +368,8 @@ class Walk:
     def equation(self, eqn, values) -> list:
         name = eqn.primitive.name
         unknown = [UNKNOWN] * len(eqn.outvars)
-        if name not in _NOT_WORK and jaxcompat.inlined(eqn) is None:
+        view = jaxcompat.control(eqn)
+        if name not in _NOT_WORK and not isinstance(view, jaxcompat.Inline):
             executed, overlapped = self.counts.executed, self.counts.overlapped
             executed[name] = executed.get(name, 0) + 1
             if self.ledger.in_flight:
@@ -384,11 +377,11 @@ class Walk:
             if name != "dot_general" and eqn.outvars:
                 self.counts.elementwise += _elements(eqn.outvars[0])
         if name == "program_id":
-            return [np.int32(self.point[eqn.params["axis"]])]
+            return [np.int32(self.point[jaxcompat.grid_axis(eqn)])]
         if name == "num_programs":
-            return [np.int32(self.grid[eqn.params["axis"]])]
+            return [np.int32(self.grid[jaxcompat.grid_axis(eqn)])]
         if name == "axis_index":
-            return [self.axis_index(eqn.params["axis_name"])]
+            return [self.axis_index(jaxcompat.mesh_axes(eqn))]
         if name == "get_barrier_semaphore":
             return [self.ledger.barrier()]
         if name in ("semaphore_signal", "semaphore_wait"):
@@ -424,17 +417,18 @@ class Walk:
             self.ledger.wait(jaxcompat.dma_refs(eqn, values, UNKNOWN), eqn,
                              into=jaxcompat.dma_copy(eqn)[1])
             return unknown
-        if name in _CONTROL:
-            return _CONTROL[name](self, eqn, values)
-        if name == "run_scoped":
-            jaxpr, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
+        if isinstance(view, jaxcompat.Branches):
+            return _cond(self, view, eqn, values)
+        if isinstance(view, jaxcompat.Loop):
+            return _loop(self, view, eqn, values)
+        if isinstance(view, jaxcompat.Scoped):
+            jaxpr, _ = view.body
             scope = [_fresh(var) for var in jaxpr.invars]
             self.run(jaxpr, values, scope)
             self.ledger.close(scope)
             return unknown
-        inner = jaxcompat.inlined(eqn)
-        if inner is not None:
-            return self.run(inner[0], inner[1], values)
+        if isinstance(view, jaxcompat.Inline):
+            return self.run(*view.body, values)
         if not any(v is UNKNOWN or isinstance(v, _Ref) for v in values):
             try:
                 with np.errstate(all="ignore"):  # a 0 / 0 of known values is still a value
@@ -443,14 +437,13 @@ class Walk:
                 out = None
             if out is not None:
                 return out
-        for jaxpr, _ in jaxcompat.sub_jaxprs(eqn):
+        for jaxpr, _ in jaxcompat.parts(eqn):
             if _counts_anything(jaxpr):
                 raise Uncountable(f"a {name} whose body the kit cannot follow")
         return unknown
 
-    def axis_index(self, names):
+    def axis_index(self, names: tuple):
         """This device's index along mesh axes ``names`` (row-major over several)."""
-        names = names if isinstance(names, (tuple, list)) else (names,)
         if not all(n in self.place for n in names):
             return UNKNOWN
         index = 0
@@ -486,22 +479,19 @@ class Walk:
             ref.value = array
         return [old] if name == "swap" else []
 
-def _cond(outer: Walk, eqn, values) -> list:
+def _cond(outer: Walk, view: jaxcompat.Branches, eqn, values) -> list:
     """A cond (pl.when): the branch its known condition picks; on an unknown one,
     every branch, which must then agree on the work and the copies."""
-    which, operands = values[0], values[1:]
-    branches = eqn.params["branches"]
+    which, operands = view.split(values)
     if which is not UNKNOWN:
-        branch = branches[int(np.clip(which, 0, len(branches) - 1))]
-        jaxpr, consts = jaxcompat.open_jaxpr(branch)
+        jaxpr, consts = view.picked(which)
         return outer.run(jaxpr, consts, operands)
-    if any(_moves_data(jaxcompat.open_jaxpr(b)[0]) for b in branches):
+    if any(_moves_data(jaxpr) for jaxpr, _ in view.programs):
         raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
                           "kernel loaded, with a DMA start or wait inside")
     counted, written, ran, busiest, dots = [], [], {}, 0, {}
-    for branch in branches:
+    for jaxpr, consts in view.programs:
         walk = Walk(outer.grid, outer.point, place=outer.place)
-        jaxpr, consts = jaxcompat.open_jaxpr(branch)
         copies = [_Ref(v.value, v.aval, v.operand) if isinstance(v, _Ref) else v
                   for v in operands]
         walk.run(jaxpr, consts, copies)
@@ -531,40 +521,27 @@ def _cond(outer: Walk, eqn, values) -> list:
             ref.value = after[0] if same else UNKNOWN
     return [UNKNOWN] * len(eqn.outvars)
 
-def _while(outer: Walk, eqn, values) -> list:
-    """A while loop (fori_loop with a traced bound): run while its condition is known."""
-    p = eqn.params
-    cond_consts = values[:p["cond_nconsts"]]
-    body_consts = values[p["cond_nconsts"]:p["cond_nconsts"] + p["body_nconsts"]]
-    carry = values[p["cond_nconsts"] + p["body_nconsts"]:]
-    cond_jaxpr, cond_c = jaxcompat.open_jaxpr(p["cond_jaxpr"])
-    body_jaxpr, body_c = jaxcompat.open_jaxpr(p["body_jaxpr"])
+def _loop(outer: Walk, view: jaxcompat.Loop, eqn, values) -> list:
+    """A scan (fori_loop with static bounds): every iteration, in order. A while loop
+    (fori_loop with a traced bound): run while its condition is known."""
+    cond_consts, consts, carry, xs = view.split(values)
+    body, body_consts = view.body
+    if view.kind == "scan":
+        for i in view.iterations():
+            x = [UNKNOWN if v is UNKNOWN else np.asarray(v)[i] for v in xs]
+            carry = outer.run(body, body_consts, [*consts, *carry, *x])[:view.num_carry]
+        return list(carry) + [UNKNOWN] * (len(eqn.outvars) - view.num_carry)
+    cond, cond_c = view.cond
     for _ in range(1 << 20):
-        go = outer.run(cond_jaxpr, cond_c, [*cond_consts, *carry])[0]
+        go = outer.run(cond, cond_c, [*cond_consts, *carry])[0]
         if go is UNKNOWN:
-            if not _counts_anything(body_jaxpr):
+            if not _counts_anything(body):
                 return [UNKNOWN] * len(eqn.outvars)
             raise Uncountable("a loop whose bound depends on data the kernel loaded")
         if not bool(go):
             return carry
-        carry = outer.run(body_jaxpr, body_c, [*body_consts, *carry])
+        carry = outer.run(body, body_consts, [*consts, *carry])
     raise Uncountable("a loop that ran more than a million times")
-
-def _scan(outer: Walk, eqn, values) -> list:
-    """A scan (fori_loop with static bounds): every iteration, in order."""
-    num_consts, num_carry = jaxcompat.scan_layout(eqn)
-    consts, carry = values[:num_consts], values[num_consts:num_consts + num_carry]
-    xs = values[num_consts + num_carry:]
-    jaxpr, jaxpr_consts = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
-    length = int(eqn.params["length"])
-    steps = range(length - 1, -1, -1) if eqn.params.get("reverse") else range(length)
-    for i in steps:
-        x = [UNKNOWN if v is UNKNOWN else np.asarray(v)[i] for v in xs]
-        carry = outer.run(jaxpr, jaxpr_consts, [*consts, *carry, *x])[:num_carry]
-    return list(carry) + [UNKNOWN] * (len(eqn.outvars) - num_carry)
-
-
-_CONTROL = {"cond": _cond, "while": _while, "scan": _scan}
 
 
 def _past_the_end(index, shape) -> str:
@@ -617,7 +594,7 @@ def _elements(var) -> int:
 
 
 def _dot_flops(eqn) -> int:
-    (contract, _), (batch, _) = eqn.params["dimension_numbers"]
+    contract = jaxcompat.contracting_dims(eqn)
     lhs = eqn.invars[0].aval.shape
     out = eqn.outvars[0].aval.shape
     k = int(np.prod([lhs[d] for d in contract], dtype=np.int64))
@@ -625,12 +602,7 @@ def _dot_flops(eqn) -> int:
 
 
 def _counts_anything(jaxpr, names=("dot_general", "dma_start", "dma_wait")) -> bool:
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name in names:
-            return True
-        if any(_counts_anything(inner, names) for inner, _ in jaxcompat.sub_jaxprs(eqn)):
-            return True
-    return False
+    return any(eqn.primitive.name in names for eqn in jaxcompat.equations(jaxpr))
 
 
 def _moves_data(jaxpr) -> bool:
@@ -1104,7 +1076,7 @@ def _integer_op(eqn, values) -> bool:
         if dtype is None or not (np.issubdtype(dtype, np.integer) or dtype == np.bool_) \
                 or int(np.prod(aval.shape)) > _BOUND_MOST:
             return False
-    return not any(jaxcompat.is_kernel(inner) for jaxpr, _ in jaxcompat.sub_jaxprs(eqn)
+    return not any(jaxcompat.is_kernel(inner) for jaxpr, _ in jaxcompat.parts(eqn)
                    for inner in jaxpr.eqns)
 
 
