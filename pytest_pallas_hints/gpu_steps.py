@@ -28,6 +28,7 @@ import itertools
 import operator
 
 from . import jaxcompat
+from .turns import Wait, take_turns
 
 BUDGET = 300_000   # equations evaluated per kernel before giving up
 
@@ -215,27 +216,12 @@ class _Block:
     def run(self) -> "_Block":
         jaxpr = self.kernel.call.kernel
         threads = [_Thread(self, t) for t in range(self.threads)]
-        running = {t.number: t.start(jaxpr) for t in threads}
-        waiting: dict = {}
-        while running:
-            progress = False
-            for number, generator in list(running.items()):
-                blocked = waiting.get(number)
-                if blocked is not None and self.completions(blocked[1]) < blocked[2]:
-                    continue
-                try:
-                    waiting[number] = next(generator)
-                    progress = True
-                except StopIteration:
-                    running.pop(number)
-                    waiting.pop(number, None)
-                    progress = True
-            if running and not progress:
-                for number in running:
-                    eqn, key, needs, steps = waiting[number]
-                    self.stuck.append(Stuck(number, eqn, key[1], needs, self.completions(key),
-                                            steps))
-                return self
+        stuck = take_turns([thread.start(jaxpr) for thread in threads])
+        for number, wait in stuck:   # a deadlock: every thread left waits
+            eqn, key, needs, steps = wait.what
+            self.stuck.append(Stuck(number, eqn, key[1], needs, self.completions(key), steps))
+        if stuck:
+            return self
         waited = {}
         for thread in threads:
             for key, count in thread.waits.items():
@@ -248,8 +234,9 @@ class _Block:
 
 
 class _Thread:
-    """One Pallas thread of a block, run as a coroutine that yields (the barrier_wait,
-    its barrier key, the completion it needs, the loop steps) while it is blocked."""
+    """One Pallas thread of a block, run as a coroutine that yields a ``turns.Wait`` while
+    it is blocked (its ``what``: the barrier_wait, its barrier key, the completion it
+    needs, the loop steps)."""
 
     def __init__(self, block: _Block, number: int):
         self.block, self.number = block, number
@@ -326,8 +313,9 @@ class _Thread:
                 layout = jaxcompat.gpu_refs(eqn)
                 key = self._key(layout.ref("barrier", ins), _leaves(layout, ins, "barrier")[0])
                 needs = self.waits.get(key, 0) + 1
-                while self.block.completions(key) < needs:
-                    yield (eqn, key, needs, tuple(self.steps))
+                if self.block.completions(key) < needs:
+                    yield Wait(lambda key=key, needs=needs: self.block.completions(key) >= needs,
+                               (eqn, key, needs, tuple(self.steps)))
                 self.waits[key] = needs
             elif jaxcompat.parts(eqn) and name not in ("custom_vmap_call",):
                 raise _Unknown(f"{name}: a body this module does not run")

@@ -29,10 +29,12 @@ A branch or loop whose condition depends on loaded data cannot be counted:
 from __future__ import annotations
 
 import dataclasses
+import types
 
 from .frozen import np
 
 from . import jaxcompat
+from .turns import Wait, finished, take_turns
 
 
 class _Unknown:
@@ -199,6 +201,15 @@ class Ledger:
     def _landed(self, copy) -> None:
         """A copy whose last bytes a wait took (MeshLedger: word from its sender)."""
 
+    def until_landed(self, refs, eqn):
+        """Before a DMA wait: the ``turns.Wait`` of a device whose copies have not all
+        landed yet, for another device may still send them (MeshLedger); none here."""
+        return ()
+
+    def until_signalled(self, refs, eqn):
+        """Before a semaphore_wait: the same, for signals (MeshLedger); none here."""
+        return ()
+
     def signal(self, refs, eqn) -> None:
         """pl.semaphore_signal: followed on a mesh only (MeshLedger)."""
 
@@ -350,6 +361,12 @@ class Walk:
         self.place = place or {}   # on a mesh: axis name -> (this device's index, size)
 
     def run(self, jaxpr, consts, args) -> list:
+        """``jaxpr``'s outputs, walked where nothing waits for another device."""
+        return finished(self.steps(jaxpr, consts, args))
+
+    def steps(self, jaxpr, consts, args):
+        """Walks ``jaxpr`` (a generator: on a mesh, it yields a ``Wait`` where the device
+        waits for another, see ``turns``) and returns its outputs."""
         env = {}
 
         def read(v):
@@ -361,11 +378,15 @@ class Walk:
             env[var] = value
         for eqn in jaxpr.eqns:
             outs = self.equation(eqn, [read(v) for v in eqn.invars])
+            if isinstance(outs, types.GeneratorType):   # control flow, or a wait
+                outs = yield from outs
             for var, value in zip(eqn.outvars, outs):
                 env[var] = value
         return [read(v) for v in jaxpr.outvars]
 
-    def equation(self, eqn, values) -> list:
+    def equation(self, eqn, values):
+        """The outputs of ``eqn``: a list, or, for control flow and waits, a generator
+        that returns them (``steps``)."""
         name = eqn.primitive.name
         unknown = [UNKNOWN] * len(eqn.outvars)
         view = jaxcompat.control(eqn)
@@ -384,11 +405,11 @@ class Walk:
             return [self.axis_index(jaxcompat.mesh_axes(eqn))]
         if name == "get_barrier_semaphore":
             return [self.ledger.barrier()]
-        if name in ("semaphore_signal", "semaphore_wait"):
-            refs = jaxcompat.semaphore_refs(eqn, values, UNKNOWN)
-            (self.ledger.signal if name == "semaphore_signal" else self.ledger.sem_wait)(
-                refs, eqn)
+        if name == "semaphore_signal":
+            self.ledger.signal(jaxcompat.semaphore_refs(eqn, values, UNKNOWN), eqn)
             return unknown
+        if name == "semaphore_wait":
+            return self._sem_wait(jaxcompat.semaphore_refs(eqn, values, UNKNOWN), eqn)
         if name in ("get", "swap", "addupdate"):
             return self.ref_access(eqn, values) if isinstance(values[0], _Ref) else unknown
         if name == "dot_general":
@@ -414,21 +435,15 @@ class Walk:
             self.ledger.start(refs, eqn, into=copy[1])
             return unknown
         if name == "dma_wait":
-            self.ledger.wait(jaxcompat.dma_refs(eqn, values, UNKNOWN), eqn,
-                             into=jaxcompat.dma_copy(eqn)[1])
-            return unknown
+            return self._dma_wait(jaxcompat.dma_refs(eqn, values, UNKNOWN), eqn)
         if isinstance(view, jaxcompat.Branches):
             return _cond(self, view, eqn, values)
         if isinstance(view, jaxcompat.Loop):
             return _loop(self, view, eqn, values)
         if isinstance(view, jaxcompat.Scoped):
-            jaxpr, _ = view.body
-            scope = [_fresh(var) for var in jaxpr.invars]
-            self.run(jaxpr, values, scope)
-            self.ledger.close(scope)
-            return unknown
+            return self._scoped(view, eqn, values)
         if isinstance(view, jaxcompat.Inline):
-            return self.run(*view.body, values)
+            return self.steps(*view.body, values)
         if not any(v is UNKNOWN or isinstance(v, _Ref) for v in values):
             try:
                 with np.errstate(all="ignore"):  # a 0 / 0 of known values is still a value
@@ -441,6 +456,23 @@ class Walk:
             if _counts_anything(jaxpr):
                 raise Uncountable(f"a {name} whose body the kit cannot follow")
         return unknown
+
+    def _dma_wait(self, refs, eqn):
+        yield from self.ledger.until_landed(refs, eqn)
+        self.ledger.wait(refs, eqn, into=jaxcompat.dma_copy(eqn)[1])
+        return [UNKNOWN] * len(eqn.outvars)
+
+    def _sem_wait(self, refs, eqn):
+        yield from self.ledger.until_signalled(refs, eqn)
+        self.ledger.sem_wait(refs, eqn)
+        return [UNKNOWN] * len(eqn.outvars)
+
+    def _scoped(self, view, eqn, values):
+        jaxpr, _ = view.body
+        scope = [_fresh(var) for var in jaxpr.invars]
+        yield from self.steps(jaxpr, values, scope)
+        self.ledger.close(scope)
+        return [UNKNOWN] * len(eqn.outvars)
 
     def axis_index(self, names: tuple):
         """This device's index along mesh axes ``names`` (row-major over several)."""
@@ -479,13 +511,13 @@ class Walk:
             ref.value = array
         return [old] if name == "swap" else []
 
-def _cond(outer: Walk, view: jaxcompat.Branches, eqn, values) -> list:
+def _cond(outer: Walk, view: jaxcompat.Branches, eqn, values):
     """A cond (pl.when): the branch its known condition picks; on an unknown one,
     every branch, which must then agree on the work and the copies."""
     which, operands = view.split(values)
     if which is not UNKNOWN:
         jaxpr, consts = view.picked(which)
-        return outer.run(jaxpr, consts, operands)
+        return (yield from outer.steps(jaxpr, consts, operands))
     if any(_moves_data(jaxpr) for jaxpr, _ in view.programs):
         raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
                           "kernel loaded, with a DMA start or wait inside")
@@ -521,7 +553,7 @@ def _cond(outer: Walk, view: jaxcompat.Branches, eqn, values) -> list:
             ref.value = after[0] if same else UNKNOWN
     return [UNKNOWN] * len(eqn.outvars)
 
-def _loop(outer: Walk, view: jaxcompat.Loop, eqn, values) -> list:
+def _loop(outer: Walk, view: jaxcompat.Loop, eqn, values):
     """A scan (fori_loop with static bounds): every iteration, in order. A while loop
     (fori_loop with a traced bound): run while its condition is known."""
     cond_consts, consts, carry, xs = view.split(values)
@@ -529,18 +561,19 @@ def _loop(outer: Walk, view: jaxcompat.Loop, eqn, values) -> list:
     if view.kind == "scan":
         for i in view.iterations():
             x = [UNKNOWN if v is UNKNOWN else np.asarray(v)[i] for v in xs]
-            carry = outer.run(body, body_consts, [*consts, *carry, *x])[:view.num_carry]
+            carry = (yield from outer.steps(body, body_consts, [*consts, *carry, *x]))[
+                :view.num_carry]
         return list(carry) + [UNKNOWN] * (len(eqn.outvars) - view.num_carry)
     cond, cond_c = view.cond
     for _ in range(1 << 20):
-        go = outer.run(cond, cond_c, [*cond_consts, *carry])[0]
+        go = (yield from outer.steps(cond, cond_c, [*cond_consts, *carry]))[0]
         if go is UNKNOWN:
             if not _counts_anything(body):
                 return [UNKNOWN] * len(eqn.outvars)
             raise Uncountable("a loop whose bound depends on data the kernel loaded")
         if not bool(go):
             return carry
-        carry = outer.run(body, body_consts, [*consts, *carry])
+        carry = yield from outer.steps(body, body_consts, [*consts, *carry])
     raise Uncountable("a loop that ran more than a million times")
 
 
@@ -664,50 +697,8 @@ def kernel_steps(call, prefetch: list) -> Counts:
 
 # ------------------------------------------------------------------- a mesh ---
 
-class _Stop(BaseException):
-    """Ends a device's walk once the walk of its mesh is over (a deadlock named, or a
-    failure on another device)."""
-
-
-class _TargetCheck:
-    """Whether a remote copy may write into its target yet (MeshLedger's, split off for
-    length)."""
-
-    def _check_target(self, target, sem_key, dst_key, refs, eqn) -> None:
-        """A copy into another device: that device must have said it is in the kernel
-        (the barrier), and must have said something since this device's last copy into
-        the same window or onto the same receive semaphore (that it has read it)."""
-        path = f"{self.device} → {target}"
-        heard = [d for d, words in enumerate(self.heard) if words]
-        if not self.heard[target] and heard:   # a barrier, with other devices than this
-            side = self.run.side
-            self.run.problem(DmaProblem("remote_unheard", eqn, detail=(
-                f"{path}{side(self.device, target)}; heard from "
-                + ", ".join(f"{d}{side(self.device, d)}" for d in heard))))
-        elif not self.heard[target]:
-            self.run.problem(DmaProblem("remote_before_barrier", eqn, detail=path))
-        send = (self.run.key(self.device, refs.send_sem), refs.send_sem_box)
-        for was_target, was_sem, was_dst, was_box, heard, earlier, was_send in reversed(
-                self.sent):
-            if was_target != target or heard != self.heard[target]:
-                continue
-            if was_dst == dst_key and _overlap(was_box, refs.dst_box):
-                self.run.problem(DmaProblem("remote_overwrite", eqn, earlier, path))
-                break
-            if was_sem == (sem_key, refs.sem_box):
-                # one receive semaphore, and send semaphores that change from copy to
-                # copy (slots of one array): the two are in each other's place
-                swapped = was_send[0] == send[0] and was_send[1] != send[1]
-                self.run.problem(DmaProblem(
-                    "remote_semaphores_swapped" if swapped else "remote_shared_semaphore",
-                    eqn, earlier, path))
-                break
-        self.sent.append((target, (sem_key, refs.sem_box), dst_key, refs.dst_box,
-                          self.heard[target], eqn, send))
-
-
-class MeshLedger(_TargetCheck, Ledger):
-    """The DMA ledger of one device of a mesh, walked beside the others (``MeshRun``).
+class MeshLedger(Ledger):
+    """The DMA ledger of one device of a mesh, walked beside the others (``MeshWalk``).
 
     A remote copy is two copies in flight: its sending side on this device's send
     semaphore, its landing side on the target's receive semaphore (waited there). A
@@ -718,7 +709,7 @@ class MeshLedger(_TargetCheck, Ledger):
     the kernel (the barrier), or a second copy into it on the same receive semaphore
     or window before it has said anything since the first, is named."""
 
-    def __init__(self, run: "MeshRun", device: int):
+    def __init__(self, run: "MeshWalk", device: int):
         super().__init__()
         self.run, self.device = run, device
         self.problems = run.problems       # one list for the mesh, in the order they happen
@@ -759,15 +750,13 @@ class MeshLedger(_TargetCheck, Ledger):
         there.in_flight.append(landing)
         there.most = max(there.most, len(there.in_flight))
         self.most = max(self.most, len(self.in_flight))
-        self.run.wake(target)
         return target
 
-    def wait(self, refs, eqn, into: str) -> None:
-        if not self._follows(refs) or refs.outside:
-            return super().wait(refs, eqn, into)
-        while self.followed and self._owed(refs) < refs.nbytes:
-            self.run.block(self.device, lambda: self._unmatched(refs, eqn))
-        super().wait(refs, eqn, into)
+    def until_landed(self, refs, eqn):
+        if not self._follows(refs) or refs.outside or self._owed(refs) >= refs.nbytes:
+            return
+        yield Wait(lambda: not self.followed or self._owed(refs) >= refs.nbytes,
+                   lambda: self._unmatched(refs, eqn))
 
     def signal(self, refs, eqn) -> None:
         target = self.device if refs.device_id is None else self.run.target(self.device, refs)
@@ -783,19 +772,22 @@ class MeshLedger(_TargetCheck, Ledger):
         there = self.run.ledgers[target]
         there.counts.setdefault((key, refs.sem_box), []).append(
             [self.device, int(np.asarray(refs.amount)), eqn])
-        self.run.wake(target)
 
-    def sem_wait(self, refs, eqn) -> None:
-        key = self.run.key(self.device, refs.sem)
-        if key is None or refs.sem_box is None or refs.amount is UNKNOWN:
-            self.run.give_up()
+    def until_signalled(self, refs, eqn):
+        queue = self._signals(refs)
+        if queue is None:
             return
         wanted = int(np.asarray(refs.amount))
-        queue = self.counts.setdefault((key, refs.sem_box), [])
-        while self.followed and sum(amount for _, amount, _ in queue) < wanted:
-            self.run.block(self.device, lambda: DmaProblem("semaphore_never_signalled", eqn))
-        if not self.followed:
+        if sum(amount for _, amount, _ in queue) < wanted:
+            yield Wait(lambda: not self.followed or
+                       sum(amount for _, amount, _ in queue) >= wanted,
+                       lambda: DmaProblem("semaphore_never_signalled", eqn))
+
+    def sem_wait(self, refs, eqn) -> None:
+        queue = self._signals(refs)
+        if queue is None or not self.followed:
             return
+        wanted = int(np.asarray(refs.amount))
         while wanted:
             entry = queue[0]
             taken = min(wanted, entry[1])
@@ -806,6 +798,47 @@ class MeshLedger(_TargetCheck, Ledger):
                 self.heard[entry[0]] += 1
 
     # -- bookkeeping
+    def _signals(self, refs) -> list | None:
+        """The signals a semaphore_wait's semaphore got ([device, amount, signal] each),
+        or None where the ledger cannot follow it."""
+        key = self.run.key(self.device, refs.sem)
+        if key is None or refs.sem_box is None or refs.amount is UNKNOWN:
+            self.run.give_up()
+            return None
+        return self.counts.setdefault((key, refs.sem_box), [])
+
+    def _check_target(self, target, sem_key, dst_key, refs, eqn) -> None:
+        """A copy into another device: that device must have said it is in the kernel
+        (the barrier), and must have said something since this device's last copy into
+        the same window or onto the same receive semaphore (that it has read it)."""
+        path = f"{self.device} → {target}"
+        heard = [d for d, words in enumerate(self.heard) if words]
+        if not self.heard[target] and heard:   # a barrier, with other devices than this
+            side = self.run.side
+            self.run.problem(DmaProblem("remote_unheard", eqn, detail=(
+                f"{path}{side(self.device, target)}; heard from "
+                + ", ".join(f"{d}{side(self.device, d)}" for d in heard))))
+        elif not self.heard[target]:
+            self.run.problem(DmaProblem("remote_before_barrier", eqn, detail=path))
+        send = (self.run.key(self.device, refs.send_sem), refs.send_sem_box)
+        for was_target, was_sem, was_dst, was_box, heard, earlier, was_send in reversed(
+                self.sent):
+            if was_target != target or heard != self.heard[target]:
+                continue
+            if was_dst == dst_key and _overlap(was_box, refs.dst_box):
+                self.run.problem(DmaProblem("remote_overwrite", eqn, earlier, path))
+                break
+            if was_sem == (sem_key, refs.sem_box):
+                # one receive semaphore, and send semaphores that change from copy to
+                # copy (slots of one array): the two are in each other's place
+                swapped = was_send[0] == send[0] and was_send[1] != send[1]
+                self.run.problem(DmaProblem(
+                    "remote_semaphores_swapped" if swapped else "remote_shared_semaphore",
+                    eqn, earlier, path))
+                break
+        self.sent.append((target, (sem_key, refs.sem_box), dst_key, refs.dst_box,
+                          self.heard[target], eqn, send))
+
     def _follows(self, refs) -> bool:
         if self.followed and (refs.sem_box is None or not isinstance(refs.sem, _Ref)):
             self.run.give_up()
@@ -837,54 +870,14 @@ class MeshLedger(_TargetCheck, Ledger):
         return found
 
 
-class _Scheduling:
-    """Which device runs next, and which wait on which (MeshRun's, split off for length)."""
-
-    def wake(self, device: int) -> None:
-        with self.cv:
-            self.woken[device] = True
-
-    def block(self, device: int, waiting) -> None:
-        """Device ``device`` waits for what another may still send: the turn goes on."""
-        with self.cv:
-            if not self.followed:
-                return
-            self.state[device], self.woken[device] = "blocked", False
-            self.waiting[device] = waiting
-            self._hand_on(device)
-            while self.turn != device and not self.over:
-                self.cv.wait()
-            if self.over:
-                raise _Stop()
-            self.state[device] = "running"
-
-    def _hand_on(self, device: int) -> None:
-        """(holding cv) The next device that can run, in device order after ``device``;
-        if every device left is waiting, the walk is over: the first wait is named."""
-        for step in range(1, self.count + 1):
-            other = (device + step) % self.count
-            if self.state[other] == "ready" or (self.state[other] == "blocked"
-                                                and self.woken[other]):
-                self.turn = other
-                self.cv.notify_all()
-                return
-        stuck = [d for d in range(self.count) if self.state[d] == "blocked"]
-        if stuck:
-            self.problems.append(self.waiting[stuck[0]]())
-            self.over = True
-        self.cv.notify_all()
-
-
-class MeshRun(_Scheduling):
-    """Every device of one kernel's mesh, walked together, one at a time: a device
-    runs until it waits for something no device has sent yet, then hands the turn on
-    (in device order). The order cannot change a verdict: a device's semaphores are
+class MeshWalk:
+    """Every device of one kernel's mesh, walked together, taking turns (``turns``): a
+    device runs until it waits for something no device has sent yet, then the next one
+    runs (in device order). The order cannot change a verdict: a device's semaphores are
     waited on by that device only, so what each wait eventually receives does not
     depend on who ran first."""
 
     def __init__(self, axes: tuple, refs: list):
-        import threading
-
         self.names = tuple(name for name, _ in axes)
         self.sizes = tuple(size for _, size in axes)
         self.count = int(np.prod(self.sizes, dtype=np.int64)) if axes else 1
@@ -892,11 +885,6 @@ class MeshRun(_Scheduling):
         self.index = [{id(r): n for n, r in enumerate(mine)} for mine in refs]
         self.problems: list[DmaProblem] = []
         self.ledgers = [MeshLedger(self, d) for d in range(self.count)]
-        self.cv = threading.Condition()
-        self.turn, self.over, self.failure = 0, False, None
-        self.state = ["ready"] * self.count   # ready, running, blocked, done
-        self.woken = [False] * self.count
-        self.waiting: list = [None] * self.count   # what a blocked device waits for
 
     @property
     def followed(self) -> bool:
@@ -957,54 +945,25 @@ class MeshRun(_Scheduling):
     def give_up(self) -> None:
         """A copy or signal the ledger cannot follow: no device is judged any more, and
         no wait holds a device back."""
-        with self.cv:
-            for ledger in self.ledgers:
-                ledger.followed = False
-                ledger.in_flight = []
-            self.woken = [True] * self.count
-            self.cv.notify_all()
+        for ledger in self.ledgers:
+            ledger.followed = False
+            ledger.in_flight = []
 
     def walk(self, call, jaxpr, per_device: list) -> None:
         """Walks ``jaxpr`` over the grid on every device (``per_device``: its Counts)."""
-        import threading
-
         def device_walk(device):
-            try:
-                with self.cv:
-                    while self.turn != device and not self.over:
-                        self.cv.wait()
-                    if self.over:
-                        return
-                    self.state[device] = "running"
-                counts = per_device[device]
-                for point in grid_steps(call.grid):
-                    before = counts.flops
-                    Walk(call.grid, tuple(int(p) for p in point), counts,
-                         self.ledgers[device], self.place(device)).run(
-                        jaxpr, [], self.refs[device])
-                    counts.step_flops.append(counts.flops - before)
-            except _Stop:
-                pass
-            except BaseException as error:   # Uncountable, or a fault: the caller's
-                with self.cv:
-                    self.failure = self.failure or error
-                    self.over = True
-            finally:
-                with self.cv:
-                    self.state[device] = "done"
-                    if not self.over:
-                        self._hand_on(device)
-                    self.cv.notify_all()
+            counts = per_device[device]
+            for point in grid_steps(call.grid):
+                before = counts.flops
+                yield from Walk(call.grid, tuple(int(p) for p in point), counts,
+                                self.ledgers[device], self.place(device)).steps(
+                    jaxpr, [], self.refs[device])
+                counts.step_flops.append(counts.flops - before)
 
-        threads = [threading.Thread(target=device_walk, args=(d,), daemon=True)
-                   for d in range(self.count)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if self.failure is not None:
-            raise self.failure
-        if self.followed and not self.over:
+        stuck = take_turns([device_walk(d) for d in range(self.count)])
+        if stuck:   # every device left waits: a TPU would hang, the first wait is named
+            self.problems.append(stuck[0][1].what())
+        elif self.followed:
             for ledger in self.ledgers:
                 self.problems += ledger.leftovers()
 
@@ -1018,7 +977,7 @@ def mesh_steps(call, axes: tuple) -> list[Counts]:
     count = int(np.prod([size for _, size in axes], dtype=np.int64)) if axes else 1
     refs = [[_fresh(var, n if n < len(call.blocks) else None)
              for n, var in enumerate(jaxpr.invars)] for _ in range(count)]
-    run = MeshRun(axes, refs)
+    run = MeshWalk(axes, refs)
     per_device = [Counts() for _ in range(count)]
     run.walk(call, jaxpr, per_device)
     for counts, ledger in zip(per_device, run.ledgers):
@@ -1045,6 +1004,8 @@ def prefetch_before_run(closed, flat_args: list) -> dict[int, list] | None:
                     found.setdefault(id(eqn), [np.asarray(v) for v in prefetch])
                 return [UNKNOWN] * len(eqn.outvars)
             outs = super().equation(eqn, values)
+            if isinstance(outs, types.GeneratorType):   # around the kernels nothing waits
+                outs = finished(outs)
             if any(o is UNKNOWN for o in outs) and _integer_op(eqn, values):
                 outs = _bound(eqn, values, outs)
             return outs
