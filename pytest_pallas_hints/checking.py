@@ -25,9 +25,9 @@ from typing import Callable, Mapping, NoReturn
 from .frozen import np
 
 from . import diagnose, jaxcompat, program, walk
-from . import structure as rules
 from .chapters import ChapterImportError
-from .structure import Structure
+from .structure import (WORDS, Structure, blocks_of, carried_state, state_sources,
+                        check as structure_findings)
 
 # (rtol, atol relative to the largest |expected|) per dtype of the expected output.
 TOLERANCE = {"float64": 1e-9, "float32": 2e-5, "float16": 2e-3, "bfloat16": 2e-2}
@@ -105,77 +105,8 @@ def kit_step(step: str):
 
 # ------------------------------------------------------------------- running ---
 
-class _OutputBlocks:
-    """What the walk of a measured program says about its operands' blocks: which each
-    step visits, which a store reached (Measured's, split off for length)."""
-
-    def block_indices(self, block) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        """Per run of the kernel ``block`` belongs to (one of ``blocks_from``'s, or one of
-        ``site.call.blocks``), its grid steps [steps, grid rank] in the order the grid
-        runs them and the block indices [steps, dims] its index map names at each, with
-        the scalar-prefetch values of that run. None when the index map cannot be
-        followed."""
-        try:
-            found = []
-            for run in self.executed:
-                if any(b is block for b in run.site.call.blocks):
-                    steps = walk.grid_steps(run.site.call.grid)
-                    found.append((steps, walk.index_maps(block, steps, run.prefetch)))
-            return found
-        except Exception:   # an index map the walk cannot evaluate: not known
-            return None
-
-    def stored_blocks(self, block) -> set[tuple] | None:
-        """The block indices of ``block`` (a kernel's output operand, one of
-        ``site.call.blocks``) that some grid step stored into, by a store or a DMA, from
-        the walk of its kernel; a store under a condition the walk cannot decide counts
-        as made. None when the walk or the index map cannot be followed."""
-        try:
-            runs = [(run, counts) for run, counts in zip(self.executed, self.steps)
-                    if any(b is block for b in run.site.call.blocks)]
-            stored = set()
-            for run, counts in runs:
-                call = run.site.call
-                operand = call.num_prefetch + next(k for k, b in enumerate(call.blocks)
-                                                   if b is block)
-                points = [point for point, op in counts.stores if op == operand]
-                if points:
-                    steps = np.array(points, np.int64).reshape(len(points), -1)
-                    stored |= {tuple(int(i) for i in row)
-                               for row in walk.index_maps(block, steps, run.prefetch)}
-            return stored
-        except Exception:   # uncountable, or work accounting missing: not known
-            return None
-
-    def stores_an_output(self) -> bool | None:
-        """Whether any grid step of any kernel stored into an output (a store or a DMA,
-        from the walk; one under a condition the walk cannot decide counts); None when
-        not known."""
-        try:
-            for run, counts in zip(self.executed, self.steps):
-                call = run.site.call
-                outputs = {call.num_prefetch + k for k, b in enumerate(call.blocks)
-                           if not b.is_input}
-                if any(op in outputs for _, op in counts.stores):
-                    return True
-            return False
-        except Exception:   # uncountable, or work accounting missing: not known
-            return None
-
-    def _operands_from(self, array) -> list:
-        import jax
-
-        leaves = jax.tree_util.tree_leaves(self.args)
-        positions = {n for n, leaf in enumerate(leaves) if leaf is array}
-        if array is not None and not positions:
-            raise KitError("finding an operand", ValueError(
-                "the array is not one of the arguments the function was measured with"))
-        return [(site, n) for site in self.program.sites for n, inputs in enumerate(site.inputs)
-                if (inputs & positions if array is not None else not inputs)]
-
-
 @dataclasses.dataclass
-class Measured(_OutputBlocks):
+class Measured:
     """One run of a learner function: its output, and what its kernels did."""
     output: object
     program: program.Program
@@ -256,7 +187,7 @@ class Measured(_OutputBlocks):
         with (a scale multiplied into a running sum at every step, say)."""
         mine = {(site.index, n) for site, n in self._operands_from(array)}
         return [(what, dtype) for site in self.program.sites
-                for what, dtype, fed in rules.state_sources(site.call)
+                for what, dtype, fed in state_sources(site.call)
                 if any((site.index, n) in mine for n in fed)]
 
     def copies_of(self, array) -> "np.ndarray":
@@ -311,6 +242,72 @@ class Measured(_OutputBlocks):
             fail("uncountable", (
                 f"{prefetched[0].call.name}() takes scalar prefetch inside a shard_map: its "
                 "values differ from device to device, and the kit cannot count its work."))
+
+    # -- what the walk says about the operands' blocks: which each step visits, which a
+    #    store reached
+    def block_indices(self, block) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """Per run of the kernel ``block`` belongs to (one of ``blocks_from``'s, or one of
+        ``site.call.blocks``), its grid steps [steps, grid rank] in the order the grid
+        runs them and the block indices [steps, dims] its index map names at each, with
+        the scalar-prefetch values of that run. None when the index map cannot be
+        followed."""
+        try:
+            found = []
+            for run in self.executed:
+                if any(b is block for b in run.site.call.blocks):
+                    steps = walk.grid_steps(run.site.call.grid)
+                    found.append((steps, walk.index_maps(block, steps, run.prefetch)))
+            return found
+        except Exception:   # an index map the walk cannot evaluate: not known
+            return None
+
+    def stored_blocks(self, block) -> set[tuple] | None:
+        """The block indices of ``block`` (a kernel's output operand, one of
+        ``site.call.blocks``) that some grid step stored into, by a store or a DMA, from
+        the walk of its kernel; a store under a condition the walk cannot decide counts
+        as made. None when the walk or the index map cannot be followed."""
+        try:
+            runs = [(run, counts) for run, counts in zip(self.executed, self.steps)
+                    if any(b is block for b in run.site.call.blocks)]
+            stored = set()
+            for run, counts in runs:
+                call = run.site.call
+                operand = call.num_prefetch + next(k for k, b in enumerate(call.blocks)
+                                                   if b is block)
+                points = [point for point, op in counts.stores if op == operand]
+                if points:
+                    steps = np.array(points, np.int64).reshape(len(points), -1)
+                    stored |= {tuple(int(i) for i in row)
+                               for row in walk.index_maps(block, steps, run.prefetch)}
+            return stored
+        except Exception:   # uncountable, or work accounting missing: not known
+            return None
+
+    def stores_an_output(self) -> bool | None:
+        """Whether any grid step of any kernel stored into an output (a store or a DMA,
+        from the walk; one under a condition the walk cannot decide counts); None when
+        not known."""
+        try:
+            for run, counts in zip(self.executed, self.steps):
+                call = run.site.call
+                outputs = {call.num_prefetch + k for k, b in enumerate(call.blocks)
+                           if not b.is_input}
+                if any(op in outputs for _, op in counts.stores):
+                    return True
+            return False
+        except Exception:   # uncountable, or work accounting missing: not known
+            return None
+
+    def _operands_from(self, array) -> list:
+        import jax
+
+        leaves = jax.tree_util.tree_leaves(self.args)
+        positions = {n for n, leaf in enumerate(leaves) if leaf is array}
+        if array is not None and not positions:
+            raise KitError("finding an operand", ValueError(
+                "the array is not one of the arguments the function was measured with"))
+        return [(site, n) for site in self.program.sites for n, inputs in enumerate(site.inputs)
+                if (inputs & positions if array is not None else not inputs)]
 
 
 _MEASURED: list = []   # the runs measured in the current test (for the cost model)
@@ -709,7 +706,7 @@ def _check_structure(traced, structure: Structure) -> None:
 
     jaxcompat.require("structure checks")
     with kit_step("structure checks"):
-        findings = rules.check(traced, structure, chapters.sources())
+        findings = structure_findings(traced, structure, chapters.sources())
     if findings:
         raise Diagnosed("", findings=findings)
 
@@ -728,7 +725,7 @@ def run_jax(fn: Callable, *args, **static):
     JAX (no kernel needed; host callbacks are not allowed either)."""
     traced = _trace(fn, args, static)
     with kit_step("structure checks"):
-        findings = rules.check(traced, _PLAIN_JAX.where(kernels=len(traced.sites)))
+        findings = structure_findings(traced, _PLAIN_JAX.where(kernels=len(traced.sites)))
     if findings and findings[0].kind in ("callback", "foreign_kernel"):
         raise Diagnosed("", findings=findings)
     try:
@@ -836,7 +833,7 @@ def check(yours, expected, *, blocks=None, axes: str | None = None,
     if measured is not None:   # what its kernels carry from step to step, if anything
         # The blocks of a Mosaic GPU grid run in parallel: nothing is carried from one to
         # the next, whatever a block's own loops carry.
-        carries = any(rules.carried_state(site.call) for site in measured.program.sites
+        carries = any(carried_state(site.call) for site in measured.program.sites
                       if getattr(site.call, "backend", "") != "mosaic_gpu")
         sites = measured.program.sites
         gridless = bool(sites) and not any(site.call.grid for site in sites)
@@ -925,8 +922,6 @@ def check_overlap(measured: Measured, *, work: str, at_least: int, why: str) -> 
     """Passes if the kernels ran ``work`` (a primitive: "reduce_sum", "dot_general") at
     least ``at_least`` times while one of their DMAs was in flight: overlap is compute
     done while data moves, not copies started together."""
-    from .structure import WORDS
-
     overlapped = sum(counts.overlapped.get(work, 0) for counts in measured.steps)
     executed = sum(counts.executed.get(work, 0) for counts in measured.steps)
     if overlapped < at_least:
@@ -947,7 +942,7 @@ def check_blocks(measured: Measured, *, name: str = "output", sites=None, **shap
     items); ``name``: the output the finding is about (its words: "blocks_shape:name")."""
     with kit_step("checking blocks"):
         for label, allowed in shapes.items():
-            findings = rules.blocks_of(measured.program, label, allowed, sites=sites)
+            findings = blocks_of(measured.program, label, allowed, sites=sites)
             if findings:
                 break
         else:

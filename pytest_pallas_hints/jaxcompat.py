@@ -856,19 +856,6 @@ def _transformed_shape(transform, shape):
     raise TypeError(f"unknown ref transform {type(transform).__name__}")
 
 
-def discharged(jaxpr, consts):
-    """``jaxpr`` with its refs turned into plain array inputs (and extra outputs)."""
-    from jax._src.state.discharge import discharge_state
-
-    closed_type = jaxpr_types()[0]
-    try:  # JAX >= 0.9: a ClosedJaxpr in, a ClosedJaxpr out
-        result = discharge_state(closed_type(jaxpr, consts))
-        return result.jaxpr, list(result.consts)
-    except TypeError:
-        out, out_consts = discharge_state(jaxpr, consts)
-        return out, list(out_consts)
-
-
 # -------------------------------------------------------------- pallas_call ---
 
 @dataclasses.dataclass(frozen=True)

@@ -2,17 +2,27 @@
 
 Read top to bottom, this module is the table of contents:
 
-  options        --hint[=N], --reference, --no-scoreboard, --pallas-timeout, --cost,
-                 --classroom-result, --gradescope-results
-  configure      resolve options once; register the run when the kit is here
+  options        every one in the "pallas" group of pytest --help:
+                   --hint[=N]             the next hint of each failing puzzle (N: levels 1..N)
+                   --reference            run against reference/ (maintainers, CI)
+                   --no-scoreboard        leave the scoreboard out
+                   --pallas-timeout=S     fail a test that runs longer (a kernel that hangs)
+                   --cost                 every kernel's cost on a TPU, as a table
+                   --show[=html]          each puzzle's grid walk (and a page per puzzle)
+                   --seed=N               the session's seed (replays a failure's inputs)
+                   --classroom-result=P   GitHub Classroom's grading result
+                   --gradescope-results=P Gradescope's results.json
+                   --pallas-patch=FILE    load a known mistake over its chapter (maintainers)
+  configure      resolve options once; register the run when the kit is here (and, under
+                 xdist, what crosses between controller and workers: the seed, reports)
   setup          skip tpu/gpu tests without the hardware; else TPU interpret mode,
                  with compiled programs kept between runs (compile_cache.py)
   call           fail on a race, or on a kernel that never finishes
-  makereport     turn each failure into findings (diagnose.py), rendered as the
-                 learner reads them (terminal.py)
+  makereport     turn each test into a PuzzleReport (reports.py): failures become
+                 findings (diagnose.py), rendered as the learner reads them (terminal.py)
   sessionfinish  the run folded into the progress file (scoreboard.conclude;
                  controller only, never under --reference), grading files
-                 (grading.py)
+                 (gradebook.py)
   summary        failures grouped by puzzle, hints, the scoreboard (terminal.py)
 
 It stays inert outside a kit (no ``exercises/hints/`` under the rootdir) and
@@ -28,7 +38,8 @@ from pathlib import Path
 
 import pytest
 
-from . import catalogue, chapters, compile_cache, grading, jaxcompat, scoreboard, terminal
+from . import catalogue, chapters, compile_cache, gradebook, jaxcompat, scoreboard, terminal
+from .reports import PuzzleReport
 
 try:
     from . import diagnose
@@ -132,9 +143,14 @@ def pytest_configure(config):
     # Chips simulated on the CPU, for a chapter about several of them: asked for before
     # any test starts JAX, so that every chapter of a run sees the same devices.
     jaxcompat.simulate_cpu_devices(max((c.devices for c in kit.values()), default=1))
-    config.pluginmanager.register(PallasRun(config, root, kit, hint, seed), "pallas-run")
+    screen = terminal.Screen(root, kit, hint, here=Path(config.invocation_params.dir),
+                             highlight=lambda source: _highlight(config, source))
+    config.pluginmanager.register(PallasRun(config, root, screen, seed), "pallas-run")
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(Controller(config, root, kit, hint, screen),
+                                      "pallas-controller")
     if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(_XdistSeed(seed), "pallas-xdist-seed")
+        config.pluginmanager.register(_Xdist(seed), "pallas-xdist")
 
 
 @pytest.hookimpl(trylast=True)
@@ -168,14 +184,29 @@ def rng(request):
     return Rng.for_test(request.node.nodeid, request.config.stash.get(_SEED, 0))
 
 
-class _XdistSeed:
-    """Hands the controller's session seed to every xdist worker."""
+class _Xdist:
+    """Under xdist: hands the controller's session seed to every worker, and carries each
+    test's PuzzleReport from the worker that made it to the controller."""
 
     def __init__(self, seed: int):
         self.seed = seed
 
     def pytest_configure_node(self, node):
         node.workerinput["pallas_seed"] = self.seed
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_to_serializable(self, config, report):
+        data = yield
+        if isinstance(data, dict) and isinstance(data.get("pallas"), PuzzleReport):
+            data["pallas"] = data["pallas"].to_dict()
+        return data
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_from_serializable(self, config, data):
+        report = yield
+        if isinstance(getattr(report, "pallas", None), dict):
+            report.pallas = PuzzleReport.from_dict(report.pallas)
+        return report
 
 
 def _seed_option(config) -> int:
@@ -221,25 +252,15 @@ def _start_jax(config) -> set:
 
 
 class PallasRun:
-    """The hooks that act in a run of the kit's tests (registered by pytest_configure)."""
+    """The hooks that run the kit's tests, in every process that runs them (registered
+    by pytest_configure)."""
 
-    def __init__(self, config, root: Path, kit: dict, hint, seed: int):
-        self.config, self.root, self.kit, self.hint, self.seed = config, root, kit, hint, seed
-        self.puzzles = catalogue.puzzles(kit)
-        self.screen = terminal.Screen(root, kit, hint, here=Path(config.invocation_params.dir),
-                                      highlight=lambda source: _highlight(config, source))
-        self.reference = config.getoption("reference")
+    def __init__(self, config, root: Path, screen: terminal.Screen, seed: int):
+        self.config, self.root, self.screen, self.seed = config, root, screen, seed
+        self.puzzles = screen.puzzles
         self.timeout = config.getoption("pallas_timeout")
-        self.raw = config.getoption("verbose") > 0 or config.getoption("tbstyle") != "auto"
+        self.raw = _raw(config)
         self.platforms: frozenset[str] | None = None
-        self.reports: list[dict] = []
-        self.outcome: scoreboard.Outcome | None = None
-        self.broken_files: dict[str, str] = {}   # chapter -> why its tests did not collect
-        self.started = time.monotonic()
-        self.grades = (config.getoption("classroom_result"),
-                       config.getoption("gradescope_results"))
-        if not self._is_worker():
-            grading.start_files(*self.grades, kit)
 
     # -- collection: how many tests each puzzle has, before -k deselects any
     @pytest.hookimpl(tryfirst=True)
@@ -280,41 +301,59 @@ class PallasRun:
         if not puzzle_id or not (report.when == "call" or report.failed or report.skipped):
             return report
         uses_rng = "rng" in getattr(item, "fixturenames", ())
-        data = {"puzzle": puzzle_id, "nodeid": report.nodeid, "of": item.stash.get(_COUNT, 0),
-                "outcome": report.outcome, "when": report.when, "config": _config_label(item),
-                "location": list(report.location[:2]), "duration": report.duration,
-                "seed": self.seed if uses_rng else None, "test": item.originalname
-                if hasattr(item, "originalname") else item.name,
-                "needs": _hardware_mark(item) if report.skipped else None}
+        record = PuzzleReport(
+            puzzle=puzzle_id, nodeid=report.nodeid, of=item.stash.get(_COUNT, 0),
+            outcome=report.outcome, when=report.when, config=_config_label(item),
+            location=tuple(report.location[:2]), duration=report.duration,
+            seed=self.seed if uses_rng else None,
+            test=item.originalname if hasattr(item, "originalname") else item.name,
+            needs=_hardware_mark(item) if report.skipped else None)
         if report.skipped and call.excinfo is not None \
                 and isinstance(call.excinfo.value, jaxcompat.CannotVerify):
-            data["unverifiable"] = call.excinfo.value.feature
+            record.unverifiable = call.excinfo.value.feature
         if report.failed and call.excinfo is not None:
-            findings, dtype, output = _findings(call.excinfo, self.root)
-            data.update(findings=[f.to_dict() for f in findings], dtype=dtype, output=output,
-                        printed=_last_lines(report.capstdout))
-            data["kit_error"] = findings[0].kind == "kit_error"
+            record.findings, record.dtype, record.output = _findings(call.excinfo, self.root)
+            record.printed = _last_lines(report.capstdout)
+            record.kit_error = record.kind == "kit_error"
             if not self.raw:
-                report.longrepr = "\n".join(self.screen.failure(data))
+                report.longrepr = "\n".join(self.screen.failure(record))
         if report.passed and report.when == "call" and (
                 self.puzzles[puzzle_id].cost or self.config.getoption("cost")):
-            data["cost"] = _costs()
+            record.cost = _costs()
         if self.config.getoption("show") and report.when == "call":
-            data["show"] = _walks()
-        report.pallas = data
+            record.show = _walks()
+        report.pallas = record
         return report
 
     def pytest_report_teststatus(self, report, config):
         """A failure of the kit's own machinery is an error, not a wrong answer."""
-        data = getattr(report, "pallas", None)
-        if data and data.get("kit_error") and report.failed:
+        record = getattr(report, "pallas", None)
+        if record and record.kit_error and report.failed:
             return "error", "E", "KIT ERROR"
         return None
 
+
+class Controller:
+    """The work of the process that controls the run (the only one, without xdist): the
+    reports of every test, folded into the progress file and the grading files at the
+    end, and the summary (registered by pytest_configure, never on an xdist worker)."""
+
+    def __init__(self, config, root: Path, kit: dict, hint, screen: terminal.Screen):
+        self.config, self.root, self.kit, self.hint, self.screen = config, root, kit, hint, screen
+        self.reference = config.getoption("reference")
+        self.raw = _raw(config)
+        self.reports: list[PuzzleReport] = []
+        self.outcome: scoreboard.Outcome | None = None
+        self.broken_files: dict[str, str] = {}   # chapter -> why its tests did not collect
+        self.started = time.monotonic()
+        self.grades = (config.getoption("classroom_result"),
+                       config.getoption("gradescope_results"))
+        gradebook.start_files(*self.grades, kit)
+
     def pytest_runtest_logreport(self, report):
-        data = getattr(report, "pallas", None)
-        if data:
-            self.reports.append(data)
+        record = getattr(report, "pallas", None)
+        if record:
+            self.reports.append(record)
 
     def pytest_collectreport(self, report):
         name = Path(report.nodeid.split("::")[0]).stem
@@ -324,20 +363,18 @@ class PallasRun:
 
     # -- sessionfinish: fold this run into the progress file; write grading files
     def pytest_sessionfinish(self, session, exitstatus):
-        if self._is_worker():
-            return
         self.outcome = scoreboard.conclude(
             self.root, self.kit, self.reports, hint=self.hint, levels=self.screen.levels,
             record_it=not self.reference and bool(self.reports or self.broken_files))
         self.screen.progress = self.outcome.progress
         if any(self.grades):
-            graded = grading.grade(self.kit, self.outcome.runs, self.reports, self.broken_files,
+            graded = gradebook.grade(self.kit, self.outcome.runs, self.reports, self.broken_files,
                                    lambda run: "\n".join(self.screen.puzzle(run)),
                                    self.screen.command)
             board = scoreboard.render(self.kit, self.outcome.progress, self.outcome.runs,
                                       self.outcome.skipped, self.screen.command,
                                       jax_version=_jax_version())
-            grading.finish_files(
+            gradebook.finish_files(
                 *self.grades, graded, seconds=time.monotonic() - self.started,
                 scoreboard_text="\n".join(board), completed=bool(self.reports or self.broken_files)
                 and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED))
@@ -365,31 +402,33 @@ class PallasRun:
             else:
                 tr.write_line(text, **({style: True} if style else {}))
 
-    def _is_worker(self) -> bool:
-        return hasattr(self.config, "workerinput")
+
+def _raw(config) -> bool:
+    """Whether the learner asked for pytest's own tracebacks (-v, --tb=...)."""
+    return config.getoption("verbose") > 0 or config.getoption("tbstyle") != "auto"
 
 
 _COUNT = pytest.StashKey[int]()
 _SEED = pytest.StashKey[int]()
 
 
-def _costs() -> list[dict]:
-    """The cost of every kernel the test measured (cost.py), as plain data; nothing when
-    the kit cannot count them here."""
+def _costs() -> list:
+    """The cost of every kernel the test measured (cost.py); nothing when the kit cannot
+    count them here."""
     from . import checking, cost
 
     try:
-        return [c.to_dict() for measured in checking.measured_in_test() for c in cost.of(measured)]
+        return [c for measured in checking.measured_in_test() for c in cost.of(measured)]
     except Exception:   # uncountable, or unverifiable on this JAX: no line, no failure
         return []
 
 
-def _walks() -> list[dict]:
-    """The grid walk of every kernel the test measured (show.py), as plain data."""
+def _walks() -> list:
+    """The grid walk of every kernel the test measured (show.py)."""
     from . import checking, show
 
     try:
-        return [w.to_dict() for measured in checking.measured_in_test() for w in show.of(measured)]
+        return [w for measured in checking.measured_in_test() for w in show.of(measured)]
     except Exception:
         return []
 

@@ -45,8 +45,8 @@ class PuzzleRun:
     errored: int = 0                    # failures outside the test itself (setup, teardown)
     broken: int = 0                     # failures because the chapter does not import
     kit_errors: int = 0                 # failures of the kit itself, not counted as failed
-    first_failure: dict | None = None   # the report data of its first failing test
-    failures: list = dataclasses.field(default_factory=list)
+    first_failure: object = None        # the PuzzleReport of its first failing test
+    failures: list = dataclasses.field(default_factory=list)   # PuzzleReport each
 
     @property
     def status(self) -> str:
@@ -62,42 +62,41 @@ class PuzzleRun:
         return "partial" if self.passed else "not_run"
 
 
-def tally(reports: list[dict]) -> tuple[dict[str, PuzzleRun], dict]:
+def tally(reports: list) -> tuple[dict[str, PuzzleRun], dict]:
     """Per puzzle results from report data, and what did not count, per reason:
     {"tpu": n, "gpu": n} hardware-only skips, {"unverifiable": {feature: n}} checks
     this JAX cannot support, {"kit_error": n} failures of the kit itself."""
     runs: dict[str, PuzzleRun] = {}
     outcome: dict[str, dict] = {}
     hardware_skips: dict[str, set] = {}
-    for data in reports:
-        run = runs.setdefault(data["puzzle"], PuzzleRun())
-        run.total = max(run.total, data["of"])
-        if data.get("needs"):
-            hardware_skips.setdefault(data["needs"], set()).add(data["nodeid"])
+    for report in reports:
+        run = runs.setdefault(report.puzzle, PuzzleRun())
+        run.total = max(run.total, report.of)
+        if report.needs:
+            hardware_skips.setdefault(report.needs, set()).add(report.nodeid)
             continue
-        previous = outcome.get(data["nodeid"])
-        if previous is None or data["outcome"] == "failed":
-            outcome[data["nodeid"]] = data
+        previous = outcome.get(report.nodeid)
+        if previous is None or report.outcome == "failed":
+            outcome[report.nodeid] = report
     unverifiable: dict[str, int] = {}
     kit_errors = 0
-    for data in outcome.values():
-        run = runs[data["puzzle"]]
-        if data.get("unverifiable"):
-            unverifiable[data["unverifiable"]] = unverifiable.get(data["unverifiable"], 0) + 1
-        if data["outcome"] == "failed" and data.get("kit_error"):
+    for report in outcome.values():
+        run = runs[report.puzzle]
+        if report.unverifiable:
+            unverifiable[report.unverifiable] = unverifiable.get(report.unverifiable, 0) + 1
+        if report.outcome == "failed" and report.kit_error:
             run.kit_errors += 1
             kit_errors += 1
-            run.failures.append(data)
-            run.first_failure = run.first_failure or data
-        elif data["outcome"] == "failed":
+            run.failures.append(report)
+            run.first_failure = run.first_failure or report
+        elif report.outcome == "failed":
             run.failed += 1
-            run.failures.append(data)
-            kinds = [f["kind"] for f in data.get("findings", [])]
-            run.not_started += kinds[:1] == ["not_started"]
-            run.broken += kinds[:1] == ["broken_chapter"]
-            run.errored += data.get("when", "call") != "call"
-            run.first_failure = run.first_failure or data
-        elif data["outcome"] == "passed":
+            run.failures.append(report)
+            run.not_started += report.kind == "not_started"
+            run.broken += report.kind == "broken_chapter"
+            run.errored += report.when != "call"
+            run.first_failure = run.first_failure or report
+        elif report.outcome == "passed":
             run.passed += 1
     skipped: dict = {kind: len(ids) for kind, ids in sorted(hardware_skips.items())}
     if unverifiable:
@@ -175,7 +174,7 @@ class Outcome:
     hint_levels: dict = dataclasses.field(default_factory=dict)    # puzzle -> levels shown
 
 
-def conclude(root: Path, chapters: dict[str, Chapter], reports: list[dict], *, hint=None,
+def conclude(root: Path, chapters: dict[str, Chapter], reports: list, *, hint=None,
              levels: int = 3, record_it: bool = True) -> Outcome:
     """Tallies ``reports``, picks the hints to show (a bare --hint, ``"next"``, moves one
     level on for each failing puzzle) and, unless ``record_it`` is False (reference

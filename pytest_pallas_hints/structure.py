@@ -715,12 +715,6 @@ def _primitives(jaxpr) -> set[str]:
     return found
 
 
-def primitives(call) -> set[str]:
-    """The primitives a kernel executes anywhere in its body ("emit_pipeline" for the
-    copies a pipeline makes)."""
-    return _primitives(call.kernel)
-
-
 def _steps(grid) -> int:
     steps = 1
     for g in grid:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import catalogue, chapters, cost, scoreboard
+from .reports import PuzzleReport
 
 try:
     from . import diagnose
@@ -44,28 +45,28 @@ class Screen:
         return catalogue.HINT_LEVELS - (not (self.root / "reference").is_dir())
 
     # -- one failure, one puzzle, one chapter
-    def failure(self, data: dict, id_width: int = 0) -> list[str]:
+    def failure(self, report: PuzzleReport, id_width: int = 0) -> list[str]:
         """One failing test: its header, the diagnosis, what the code printed, the
         replay command and the next hint's command."""
-        puzzle = self.puzzles[data["puzzle"]]
-        findings = [diagnose.Finding.from_dict(f) for f in data.get("findings", [])]
-        if findings and findings[0].kind == "not_started":
+        puzzle = self.puzzles[report.puzzle]
+        findings = report.findings
+        if report.kind == "not_started":
             return [f"· {puzzle.id:<{id_width}}  {self._how_far(puzzle, findings[0].where)}"
                     + self._stubs_to_edit(puzzle, findings[0].where)]
-        label = ", ".join(str(x) for x in (data.get("config"), data.get("dtype"),
-                                           data.get("seed") is not None and
-                                           f"seed {data['seed']}") if x)
-        kit_error = bool(data.get("kit_error"))
+        label = ", ".join(str(x) for x in (report.config, report.dtype,
+                                           report.seed is not None and
+                                           f"seed {report.seed}") if x)
+        kit_error = report.kit_error
         head = (f"! {puzzle.id}  kit problem" if kit_error else f"✗ {puzzle.id}"
-                + (f" · {data['output']}" if data.get("output") else ""))
+                + (f" · {report.output}" if report.output else ""))
         lines = [f"{head}  [{label}]" if label else head]
         lines += ["  " + line for line in diagnose.render(
-            findings, None if kit_error else puzzle.say, data.get("output"))]
-        if data.get("printed"):  # the learner's own print() debugging
+            findings, None if kit_error else puzzle.say, report.output)]
+        if report.printed:  # the learner's own print() debugging
             lines += [f"  {'printed' if n == 0 else '':<{diagnose.LABEL_WIDTH}}{text}"
-                      for n, text in enumerate(data["printed"])]
-        if data.get("seed") is not None:
-            lines.append(f"  {'replay':<{diagnose.LABEL_WIDTH}}{self._replay(data)}")
+                      for n, text in enumerate(report.printed)]
+        if report.seed is not None:
+            lines.append(f"  {'replay':<{diagnose.LABEL_WIDTH}}{self._replay(report)}")
         if self.hint is None and not kit_error:
             lines.append(f"  {'more':<{diagnose.LABEL_WIDTH}}{self._more(puzzle)}")
         return lines
@@ -74,7 +75,7 @@ class Screen:
         """A failing puzzle: its first failure in full, then the other failing configs."""
         lines = self.failure(run.first_failure, id_width)
         if run.failed > 1 and run.status != "not_started":
-            others = [f["config"] or f["nodeid"].split("::")[-1]
+            others = [f.config or f.nodeid.split("::")[-1]
                       for f in run.failures if f is not run.first_failure]
             lines.append(f"  {'also':<{diagnose.LABEL_WIDTH}}fails on "
                          + ", ".join(f"[{c}]" for c in others))
@@ -84,7 +85,7 @@ class Screen:
         """A chapter file that does not import: one block, not one per puzzle."""
         first = next(runs[p.id].first_failure for p in self.kit[chapter].puzzles
                      if p.id in runs and runs[p.id].status == "broken")
-        finding = diagnose.Finding.from_dict(first["findings"][0])
+        finding = first.findings[0]
         count = len(self.kit[chapter].puzzles)
         return [f"✗ {chapter}  (all {count} puzzles)"] + [
             "  " + line for line in diagnose.render([finding])]
@@ -102,10 +103,10 @@ class Screen:
         return f"pytest {self._relative(test_file)} -k {puzzle.name}" + (" --hint" if hint else "")
 
     # -- the pieces
-    def _replay(self, data: dict) -> str:
+    def _replay(self, report: PuzzleReport) -> str:
         """The command that runs this test again on the same inputs."""
-        test_file = self.root / data["nodeid"].split("::")[0]
-        return f"pytest {self._relative(test_file)} --seed {data['seed']} -k {data['test']}"
+        test_file = self.root / report.nodeid.split("::")[0]
+        return f"pytest {self._relative(test_file)} --seed {report.seed} -k {report.test}"
 
     def _more(self, puzzle) -> str:
         """The command for the next hint, or for all of them once each was seen."""
@@ -192,8 +193,8 @@ def summary(screen: Screen, outcome, *, reports=(), cost_table: bool = False,
         lines.append(("the grid's walk", "sep-"))
         lines += [(line, "") for line in walk_lines(screen, reports, html=show == "html")]
     if cost_table:
-        rows = [(f"{data['puzzle']} [{data.get('config') or data['test']}]",
-                 cost.KernelCost.from_dict(c)) for data in reports for c in data.get("cost", ())]
+        rows = [(f"{report.puzzle} [{report.config or report.test}]", c)
+                for report in reports for c in report.cost]
         lines.append(("cost on a TPU", "sep-"))
         lines += [(line, "") for line in (cost.table(rows) if rows else
                                           ["no kernel ran with its work counted"])]
@@ -211,20 +212,20 @@ def walk_lines(screen: Screen, reports, html: bool = False) -> list[str]:
     from . import show
 
     lines, by_puzzle = [], {}
-    for data in reports:
-        if data.get("show"):
-            by_puzzle.setdefault(data["puzzle"], []).append(data)
+    for report in reports:
+        if report.show:
+            by_puzzle.setdefault(report.puzzle, []).append(report)
     for puzzle_id, runs in by_puzzle.items():
         first = runs[0]
-        lines.append(f"{puzzle_id} [{first.get('config') or first['test']}]")
-        for walk in first["show"]:
-            lines += ["  " + line for line in show.terminal(show.GridWalk.from_dict(walk))]
+        lines.append(f"{puzzle_id} [{first.config or first.test}]")
+        for walk in first.show:
+            lines += ["  " + line for line in show.terminal(walk)]
         if html:
             folder = (screen.here or Path.cwd()) / "pallas-show"
             folder.mkdir(exist_ok=True)
             page = folder / f"{puzzle_id}.html"
-            walks = [show.GridWalk.from_dict(w) for data in runs for w in data["show"]]
-            failed = next((data for data in runs if data.get("findings")), None)
+            walks = [w for report in runs for w in report.show]
+            failed = next((report for report in runs if report.findings), None)
             verdict = "\n".join(screen.failure(failed)) if failed else ""
             page.write_text(show.html(puzzle_id, walks, verdict=verdict), encoding="utf-8")
             lines.append(f"  drawn: {screen._relative(page)}")
@@ -235,12 +236,12 @@ def walk_lines(screen: Screen, reports, html: bool = False) -> list[str]:
 def cost_lines(puzzle_id: str, reports) -> list[str]:
     """A solved performance puzzle's cost on a TPU: the line of its test that moved the
     most bytes (the most realistic of its configurations)."""
-    measured = [data["cost"] for data in reports
-                if data["puzzle"] == puzzle_id and data.get("cost")]
+    measured = [report.cost for report in reports
+                if report.puzzle == puzzle_id and report.cost]
     if not measured:
         return []
-    chosen = max(measured, key=lambda costs: sum(c["bytes"] for c in costs))
-    return cost.summary([cost.KernelCost.from_dict(c) for c in chosen])
+    chosen = max(measured, key=lambda costs: sum(c.bytes for c in costs))
+    return cost.summary(chosen)
 
 
 def _no_hint_needed(screen: Screen, runs: dict) -> list[Line]:

@@ -233,7 +233,7 @@ class _Outcome:
         self.outcome = None
 
     def pytest_sessionfinish(self, session):
-        run = session.config.pluginmanager.get_plugin("pallas-run")
+        run = session.config.pluginmanager.get_plugin("pallas-controller")
         self.outcome = getattr(run, "outcome", None)
 
 

@@ -244,7 +244,7 @@ ATTACKS = [
      "`@functools.lru_cache` is not a decorator"),
     ("pytest hook", "import pytest\n",
      "`import pytest` is not allowed"),
-    ("patch the plugin", "from pytest_pallas_hints import grading\n",
+    ("patch the plugin", "from pytest_pallas_hints import gradebook\n",
      "`from pytest_pallas_hints import` is not allowed"),
     ("background writer", "import subprocess\n",
      "`import subprocess`"),

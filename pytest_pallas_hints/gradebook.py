@@ -1,4 +1,6 @@
-"""Grading outputs: GitHub Classroom's ``result`` and Gradescope's ``results.json``.
+"""The gradebook: per puzzle, the points a run scored, written as GitHub Classroom's
+``result`` and Gradescope's ``results.json`` (``grade.py`` is the script that grades a
+submission; this is what a run writes).
 
 One entry per puzzle, not per pytest item: a puzzle scores its points when
 every one of its tests ran and passed in this run, else 0. Skipped tests
@@ -36,21 +38,21 @@ class Graded:
     duration: float
 
 
-def grade(chapters: dict[str, Chapter], runs: dict[str, PuzzleRun], reports: list[dict],
+def grade(chapters: dict[str, Chapter], runs: dict[str, PuzzleRun], reports: list,
           broken_files: dict[str, str], message_for, command_for) -> list[Graded]:
     """Per puzzle of every chapter this run touched: its status, score and message.
 
     broken_files: chapter name -> why its test file could not be collected.
     message_for(run) -> the rendered diagnosis of a failing puzzle.
     """
-    first_report: dict[str, dict] = {}
+    first_report: dict = {}
     duration: dict[str, float] = {}
     unverifiable: dict[str, str] = {}   # puzzle -> a feature this JAX lacks for it
-    for data in reports:
-        first_report.setdefault(data["puzzle"], data)
-        if data.get("unverifiable"):
-            unverifiable.setdefault(data["puzzle"], data["unverifiable"])
-        duration[data["puzzle"]] = duration.get(data["puzzle"], 0.0) + data.get("duration", 0.0)
+    for report in reports:
+        first_report.setdefault(report.puzzle, report)
+        if report.unverifiable:
+            unverifiable.setdefault(report.puzzle, report.unverifiable)
+        duration[report.puzzle] = duration.get(report.puzzle, 0.0) + report.duration
     present = {pid.split(".")[0] for pid in first_report} | set(broken_files)
     graded = []
     for c_index, chapter in enumerate(chapters.values(), start=1):
@@ -58,8 +60,8 @@ def grade(chapters: dict[str, Chapter], runs: dict[str, PuzzleRun], reports: lis
             continue
         for p_index, puzzle in enumerate(chapter.puzzles, start=1):
             run = runs.get(puzzle.id)
-            where = first_report.get(puzzle.id, {}).get("location") or (
-                f"exercises/test_{chapter.name}.py", 0)
+            first = first_report.get(puzzle.id)
+            where = (first.location if first else ()) or (f"exercises/test_{chapter.name}.py", 0)
             if chapter.name in broken_files:
                 status, message = "error", broken_files[chapter.name]
             elif run is not None and run.status == "solved":
