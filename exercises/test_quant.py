@@ -22,13 +22,13 @@ import jax
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_work,
-                                 lowers_for_tpu, measure)
+from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_traffic, check_work,
+                                 lowers_for_tpu, measure, tpu_sized)
 from pytest_pallas_hints.lessons.quant import (
     check_dot_in_x_dtype, check_int32_accumulator, check_int32_zeroed, check_k_padded,
     check_rows_read, check_scales_at_the_last_step, check_stored_width,
     check_taps_in_float32, check_window_in_vmem, conv, conv_geometry, dequantized,
-    exact, k_products, near, per_block_scale, raises_naming, summed_in_bf16, tile_flops,
+    exact, int4_mistakes, k_products, near, per_block_scale, raises_naming, summed_in_bf16, tile_flops,
     tiled_bytes, wrap8)
 
 quant = chapter("quant")
@@ -39,15 +39,7 @@ on_tpu = pytest.mark.tpu
 EXACT = 1e-3   # bf16 outputs of exact sums: a right kernel is bit-exact, one bf16 step off is not
 
 
-def cdiv(a, b):
-    return -(-a // b)
-
-
-def is_tpu_size(*dims):
-    return int(np.prod(dims)) > 2 ** 24
-
-
-# --- int8 inputs and their exact products ----------------------------------------
+# --- int8 inputs ---------------------------------------------------------------
 
 def int8s(rng, shape, *, planted_rows=False, planted_cols=False):
     """Uniform int8 in [-127, 127]; planted: the first row (column) all 127 and the last
@@ -111,7 +103,7 @@ def test_quantize(R, C, block_rows, dtype, rng):
     check(q, expected_q, name="q", blocks=(block_rows, C), axes="i C", likely={
         "truncated": lambda: near(ratio, q, np.trunc).astype(np.int8),
         "clipped_to_128": lambda: np.clip(np.round(ratio), -128, 127).astype(np.int8)})
-    if is_tpu_size(R, C):
+    if tpu_sized():
         return
     moved = R * C * (x.itemsize + 1) + R * 4   # x read once; q and scale written once
     check_traffic(ran, reference=moved, minimum=moved)
@@ -150,7 +142,7 @@ def test_int8_dot(M, K, N, bm, bk, bn, rng):
         "int8_accumulator": lambda: wrap8(truth).astype(np.int32),
         "last_k_only": lambda: k_products(a, b, bk)[-1].astype(np.int32),
         "first_k_only": lambda: k_products(a, b, bk)[0].astype(np.int32)})
-    if is_tpu_size(M, K, N):
+    if tpu_sized():
         return
     check_work(ran, flops=tile_flops(M, K, N, bm, bn))
     check_traffic(ran, reference=tiled_bytes(M, K, N, bm, bk, bn, a_item=1, b_item=1,
@@ -203,7 +195,7 @@ def test_dequant(M, K, N, bm, rng):
         "k_tail_dropped": lambda: (exact(a[:, :whole], b[:whole]) * rows * cols).astype(
             np.float32),
         "b_scale_follows_rows": b_scale_follows_rows})
-    if is_tpu_size(M, K, N):
+    if tpu_sized():
         return
     Kp = cdiv(K, bk) * bk
     check_stored_width(ran, a, 1 if Kp == bk else cdiv(N, bn) * Kp / K, "a_q")
@@ -282,7 +274,7 @@ def test_weight_only(M, K, N, bm, bk, dtype, rng):
               "scale_missing": lambda: (x64 @ w64).astype(out),
               "k_tail_dropped": lambda: (x64[:, :whole] @ w64[:whole] * s64).astype(out),
               "bf16_accumulation": lambda: summed_in_bf16(x64, w64, s64, bk, out)})
-    if is_tpu_size(M, K, N):
+    if tpu_sized():
         return
     Kp = cdiv(K, bk) * bk
     w_reads = 1 if Kp == bk and bn >= N else cdiv(M, bm)
@@ -355,39 +347,11 @@ def test_int4(M, K, N, group_size, bm, dtype, rng):
                       inside={"dot_general"}, grid=(cdiv(M, bm), cdiv(N, bn), groups),
                       blocks={"x": (bm, group_size), "w_packed": (group_size // 2, bn)}))
     check_dot_in_x_dtype(ran, x, "the unpacked group, w_ref[...],")
-    x64, out = np.asarray(x, np.float64), x.dtype
-
-    def with_weights(u=u, s=group_scales, z=zeros, after_scale=False):
-        if after_scale:   # u * scale - zero
-            w = dequantized(u, s, 0 * z, group_size) - np.repeat(z, group_size, axis=0)
-        else:
-            w = dequantized(u, s, z, group_size)
-        return lambda: (x64 @ w).astype(out)
-
-    def as_the_kernel_computes(u):   # (u - zero) * scale in float32, cast to x's dtype
-        s32 = np.repeat(np.asarray(group_scales, np.float32), group_size, axis=0)
-        z32 = np.repeat(np.asarray(zeros, np.float32), group_size, axis=0)
-        w = ((u.astype(np.float32) - z32) * s32).astype(out).astype(np.float64)
-        return lambda: (x64 @ w).astype(out)
-
-    unmasked = u.copy()   # the high nibble shifted in int32 and not masked: a byte >= 0x80
-    unmasked[1::2] = (packed.astype(np.int64) % 2 ** 32) >> 4   # keeps its 1s, near 2^28
-    halves = np.concatenate([u.reshape(groups, group_size // 2, 2, N)[:, :, p]   # low nibbles
-                             for p in (0, 1)], axis=1).reshape(K, N)   # first, then high
-    swapped = u.reshape(K // 2, 2, N)[:, ::-1].reshape(K, N)
-    signed_high = u.copy()
-    signed_high[1::2] = np.where(u[1::2] >= 8, u[1::2] - 16, u[1::2])
-    first = (np.repeat(group_scales[:1], groups, axis=0), np.repeat(zeros[:1], groups, axis=0))
-    check(ran, with_weights()(), blocks=(bm, bn), axes="i j",
-          tolerance=EXACT if dtype == "bfloat16" else 1e-4, likely={
-              "nibbles_swapped": with_weights(u=swapped),
-              "zero_point_forgotten": with_weights(z=0 * zeros),
-              "zero_point_after_scale": with_weights(after_scale=True),
-              "high_nibble_signed": with_weights(u=signed_high),
-              "high_nibble_unmasked": as_the_kernel_computes(unmasked),
-              "halves_not_interleaved": with_weights(u=halves),
-              "first_group_scales": with_weights(s=first[0], z=first[1])})
-    if is_tpu_size(M, K, N):
+    w = dequantized(u, group_scales, zeros, group_size)   # (u - zero) * scale per group
+    check(ran, (np.asarray(x, np.float64) @ w).astype(x.dtype), blocks=(bm, bn), axes="i j",
+          tolerance=EXACT if dtype == "bfloat16" else 1e-4,
+          likely=int4_mistakes(x, u, packed, group_scales, zeros, group_size))
+    if tpu_sized():
         return
     # The packed block (k, j) and the group's scales and zeros (k, 0, j) change at every
     # step: read once per row block, unless a single block covers all of them.
@@ -472,7 +436,7 @@ def test_halo(B, H, W, C, F, KH, KW, block_h, dtype, rng):
               "padded_after_only": lambda: conv(x, w, before=(0, 0)).astype(out),
               "window_by_blocks": window_by_blocks,
               "image_0_only": image_0_only})
-    if is_tpu_size(B, H, W, C):
+    if tpu_sized():
         return
     check_rows_read(ran, x, KH, block_h, Hp, Wp)
     check_window_in_vmem(ran, x, w, ran.output, KH, block_h, F, 1, Wp)
@@ -524,7 +488,7 @@ def test_strided(B, H, W, C, F, KH, stride, block_h, block_f, rng):
               "patches_at_stride_1": lambda: conv(           # stride not bound in the kernel
                   x, w, stride, rows=tile * block_h * stride + r,
                   cols=np.arange(Wo)).astype(np.float32)})
-    if is_tpu_size(B, H, W, C):
+    if tpu_sized():
         return
     check_rows_read(ran, x, KH, block_h, Hp, Wp)
     check_window_in_vmem(ran, x, w, ran.output, KH, block_h, bf, stride, Wp)

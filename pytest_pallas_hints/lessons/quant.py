@@ -324,13 +324,52 @@ def summed_in_bf16(x, w, scale, bk, dtype):
     return (acc * scale).astype(dtype)
 
 
-# --- 5. int4: the weights a packing gives -------------------------------------------
+# --- 5. int4: the weights a packing gives, and known wrong unpackings ---------------
 
 def dequantized(u, scales, zeros, group_size):
     """(u - zero) * scale per group of K rows, in float64."""
     s = np.repeat(np.asarray(scales, np.float64), group_size, axis=0)
     z = np.repeat(np.asarray(zeros, np.float64), group_size, axis=0)
     return (u - z) * s
+
+
+def int4_mistakes(x, u, packed, group_scales, zeros, group_size):
+    """Known wrong answers of quant.int4 (``check(..., likely=)``): x @ the weights that a
+    wrong unpacking or dequantisation of ``packed`` gives, in x's dtype, each a function
+    computed only on failure. ``u``: the 4-bit values [K, N] that ``packed`` holds."""
+    K, N = u.shape
+    groups = K // group_size
+    x64, out = np.asarray(x, np.float64), x.dtype
+
+    def with_weights(u=u, s=group_scales, z=zeros, after_scale=False):
+        if after_scale:   # u * scale - zero
+            w = dequantized(u, s, 0 * z, group_size) - np.repeat(z, group_size, axis=0)
+        else:
+            w = dequantized(u, s, z, group_size)
+        return lambda: (x64 @ w).astype(out)
+
+    def as_the_kernel_computes(u):   # (u - zero) * scale in float32, cast to x's dtype
+        s32 = np.repeat(np.asarray(group_scales, np.float32), group_size, axis=0)
+        z32 = np.repeat(np.asarray(zeros, np.float32), group_size, axis=0)
+        w = ((u.astype(np.float32) - z32) * s32).astype(out).astype(np.float64)
+        return lambda: (x64 @ w).astype(out)
+
+    unmasked = u.copy()   # the high nibble shifted in int32 and not masked: a byte >= 0x80
+    unmasked[1::2] = (packed.astype(np.int64) % 2 ** 32) >> 4   # keeps its 1s, near 2^28
+    halves = np.concatenate([u.reshape(groups, group_size // 2, 2, N)[:, :, p]   # low nibbles
+                             for p in (0, 1)], axis=1).reshape(K, N)   # first, then high
+    swapped = u.reshape(K // 2, 2, N)[:, ::-1].reshape(K, N)
+    signed_high = u.copy()
+    signed_high[1::2] = np.where(u[1::2] >= 8, u[1::2] - 16, u[1::2])
+    first = (np.repeat(group_scales[:1], groups, axis=0), np.repeat(zeros[:1], groups, axis=0))
+    return {
+        "nibbles_swapped": with_weights(u=swapped),
+        "zero_point_forgotten": with_weights(z=0 * zeros),
+        "zero_point_after_scale": with_weights(after_scale=True),
+        "high_nibble_signed": with_weights(u=signed_high),
+        "high_nibble_unmasked": as_the_kernel_computes(unmasked),
+        "halves_not_interleaved": with_weights(u=halves),
+        "first_group_scales": with_weights(s=first[0], z=first[1])}
 
 
 # --- 6-7. convolutions: SAME padding, the model and its known wrong variants, budgets ---
