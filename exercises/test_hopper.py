@@ -20,15 +20,13 @@ data moves by TMA where the puzzle says so; a pipeline keeps the number of copie
 flight you asked for; wgmma operands are laid out for the tensor core (the
 interpreter multiplies them either way, a Hopper would not).
 """
-import functools
 import math
-import re
 
-import jax
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import Structure, chapter, check, fail, measure
+from pytest_pallas_hints import Structure, chapter, check, check_rejects, measure
+from pytest_pallas_hints.lessons.common import f64
 from pytest_pallas_hints.lessons.hopper import (
     attention_f64, attention_f64_heads, attention_not_rescaled, check_barriers_waited,
     check_by_tma_only, check_copies_in_bounds, check_k_steps, check_kv_blocks_visited,
@@ -45,41 +43,9 @@ needs = pytest.mark.mosaic_gpu   # what of GPU interpret mode the puzzle uses
 # warpgroup per block unless the puzzle says otherwise, nothing but reshapes around it.
 GPU = Structure(backend="mosaic_gpu", threads=1)
 
-
-def f64(*arrays):
-    return [np.asarray(a, np.float64) for a in arrays]
-
-
-def check_rejects(function, cases):
-    """Each case (why, args, static, names) must raise a ValueError naming one of
-    ``names`` (the argument at fault; None: any ValueError), before any kernel runs."""
-    name = function.__name__
-    for why, args, static, names in cases:
-        shown = ", ".join([*(f"{a.shape} {a.dtype}" for a in args),
-                           *(f"{k}={v!r}" for k, v in static.items())])
-        wanted = f"a ValueError naming {' or '.join(names)}" if names else "a ValueError"
-        try:
-            jax.eval_shape(functools.partial(function, **static), *args)
-        except ValueError as error:
-            if names is None or any(re.search(rf"\b{n}\b", str(error)) for n in names):
-                continue
-            fail("bad_arguments", (
-                f"{name}({shown}) raised a ValueError that does not name "
-                f"{' or '.join(names)}: say in the message which argument is wrong "
-                f"({why})."), [("raised", str(error).splitlines()[0][:200])])
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            fail("bad_arguments", (
-                f"{name}({shown}) should raise {wanted} before any kernel is built "
-                f"({why}); it failed later, with another error. Check the arguments "
-                "first, with the PROVIDED helpers _check_divides and _check_16_bit."),
-                [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
-        else:
-            fail("bad_arguments", (
-                f"{name}({shown}) should raise {wanted} ({why}); it raised nothing. "
-                "Check the arguments first, with the PROVIDED helpers _check_divides and "
-                "_check_16_bit."), [("call", f"{name}({shown})")])
+# How this chapter's functions check their arguments, for a test that finds them unchecked.
+ARGUMENTS = ("Check the arguments first, with the PROVIDED helpers _check_divides and "
+             "_check_16_bit.")
 
 
 def zeros(shape, dtype="float16"):
@@ -113,7 +79,7 @@ def test_first_kernel_rejects_bad_arguments():
          ["block_rows"]),
         ("block_rows must be positive", (zeros((256, 128), "float32"),), {"block_rows": 0},
          ["block_rows"]),
-    ])
+    ], advice=ARGUMENTS)
 
 
 # 2 -------------------------------------------------------------------------
@@ -145,7 +111,7 @@ def test_tma(M, D, block_rows, dtype, rng):
 def test_tma_rejects_bad_arguments():
     check_rejects(hopper.add_one_tma, [
         ("block_rows must divide M", (zeros((256, 128), "float32"),), {"block_rows": 96},
-         ["block_rows"])])
+         ["block_rows"])], advice=ARGUMENTS)
 
 
 # 3 -------------------------------------------------------------------------
@@ -182,7 +148,7 @@ def test_pipeline_rejects_bad_arguments():
     check_rejects(hopper.sum_stack, [
         ("block_rows must divide M", (x,), {"block_rows": 96}, ["block_rows"]),
         ("max_concurrent_steps must be at least 1", (x,), {"max_concurrent_steps": 0},
-         ["max_concurrent_steps"])])
+         ["max_concurrent_steps"])], advice=ARGUMENTS)
 
 
 # 4 -------------------------------------------------------------------------
@@ -209,10 +175,12 @@ def test_wgmma(M, K, N, dtype, rng):
 def test_wgmma_rejects_bad_arguments():
     check_rejects(hopper.matmul_tile, [
         ("the tensor core multiplies float16 or bfloat16",
-         (zeros((64, 64), "float32"), zeros((64, 64), "float32")), {}, None)])
+         (zeros((64, 64), "float32"), zeros((64, 64), "float32")), {}, None),
+    ], advice=ARGUMENTS)
     check_rejects(hopper.wgmma_transforms, [
         ("no swizzle of 128, 64 or 32 bytes divides a row of 8 bytes", (), {
-            "cols": 4, "dtype": np.float16}, None)])
+            "cols": 4, "dtype": np.float16}, None),
+    ], advice=ARGUMENTS)
 
 
 # 5 -------------------------------------------------------------------------
@@ -260,7 +228,7 @@ def test_matmul_rejects_bad_arguments():
          (zeros((128, 128), "float32"), zeros((128, 128), "float32")), {}, None),
         ("max_concurrent_steps must be at least 1", (a, b), {"max_concurrent_steps": 0},
          ["max_concurrent_steps"]),
-    ])
+    ], advice=ARGUMENTS)
 
 
 # 6 -------------------------------------------------------------------------
@@ -290,7 +258,7 @@ def test_warpgroups(S, D, block_rows, dtype, rng):
 def test_warpgroups_rejects_bad_arguments():
     check_rejects(hopper.add_one_specialized, [
         ("block_rows must divide S", (zeros((256, 128), "float32"),), {"block_rows": 96},
-         ["block_rows"])])
+         ["block_rows"])], advice=ARGUMENTS)
 
 
 # 7 -------------------------------------------------------------------------
@@ -345,4 +313,4 @@ def test_attention_rejects_bad_arguments():
         ("K must divide N", (zeros((1, 3, 128, 64)), q, q), {}, ["K", "N"]),
         ("the tensor core multiplies float16 or bfloat16",
          (zeros((1, 2, 128, 64), "float32"),) * 3, {}, None),
-    ])
+    ], advice=ARGUMENTS)
