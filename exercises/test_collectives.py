@@ -28,7 +28,6 @@ from jax.sharding import PartitionSpec as P
 
 from pytest_pallas_hints import (Structure, chapter, check, check_overlap, check_traffic,
                                  check_work, lowers_for_tpu, measure)
-from pytest_pallas_hints import jaxcompat
 from pytest_pallas_hints.lessons.collectives import (
     AXIS, check_copies_leave, check_on_every_device, check_remote_bytes,
     check_values_or_bytes, ring)
@@ -274,8 +273,7 @@ def test_collective_matmul(n, M, K, F, dtype, rng):
                  marks=on_tpu),
 ])
 def test_shift_add(n, shard, dtype, rng):
-    jaxcompat.require("pl.kernel over a TensorCoreMesh")
-    mesh = ring(n)
+    mesh = ring(n, needs="pl.kernel over a TensorCoreMesh")
     n = devices(mesh)
     rows = shard[0]
     x = rng.normal((n * rows, *shard[1:]), dtype)

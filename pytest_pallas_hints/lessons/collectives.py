@@ -22,9 +22,13 @@ from ..frozen import np
 AXIS = "x"
 
 
-def ring(n):
+def ring(n, *, needs=None):
     """A 1-D mesh (axis "x") over n devices: simulated chips on a CPU, real ones on a
-    TPU slice (n None: all of them)."""
+    TPU slice (n None: all of them). ``needs``: a feature of JAX the puzzle needs
+    besides (a name ``jaxcompat.require`` knows), asked first: a JAX without it ends
+    the test as "cannot be verified"."""
+    if needs is not None:
+        jaxcompat.require(needs)
     devices = jax.devices()
     if devices[0].platform == "cpu":
         why = jaxcompat.cpu_devices_missing(n)
