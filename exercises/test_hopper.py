@@ -152,7 +152,6 @@ def test_pipeline_rejects_bad_arguments():
 
 
 # 4 -------------------------------------------------------------------------
-
 @puzzle("hopper.wgmma")
 @needs("tma", "wgmma")
 @pytest.mark.parametrize("M, K, N, dtype", [
@@ -262,8 +261,6 @@ def test_warpgroups_rejects_bad_arguments():
 
 
 # 7 -------------------------------------------------------------------------
-
-
 @puzzle("hopper.attention")
 @needs("pipeline", "wgmma")
 @pytest.mark.parametrize("B, N, K, T, S, H, causal, block_q, block_kv, dtype", [

@@ -27,9 +27,9 @@ from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_traffic,
 from pytest_pallas_hints.lessons.quant import (
     check_dot_in_x_dtype, check_int32_accumulator, check_int32_zeroed, check_k_padded,
     check_rows_read, check_scales_at_the_last_step, check_stored_width,
-    check_taps_in_float32, check_window_in_vmem, conv, conv_geometry, dequantized,
-    exact, int4_mistakes, k_products, near, per_block_scale, raises_naming, summed_in_bf16, tile_flops,
-    tiled_bytes, wrap8)
+    check_taps_in_float32, check_window_in_vmem, conv, conv_geometry, dequantized, exact,
+    int4_mistakes, k_products, near, per_block_scale, raises_naming, summed_in_bf16,
+    tile_flops, tiled_bytes, wrap8)
 
 quant = chapter("quant")
 
@@ -392,8 +392,6 @@ def test_int4_checks_its_arguments(bad, rng):
 
 
 # 6 -------------------------------------------------------------------------------
-
-
 CONV = Structure(inside={"dot_general"}, outside={"pad"})
 
 
