@@ -27,15 +27,15 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from pytest_pallas_hints import (Structure, chapter, check, check_overlap, check_traffic,
-                                 check_work, fail, lowers_for_tpu, measure)
-from pytest_pallas_hints import jaxcompat
-from pytest_pallas_hints.checking import Mismatch
+                                 check_work, lowers_for_tpu, measure)
+from pytest_pallas_hints.lessons.collectives import (
+    AXIS, check_copies_leave, check_on_every_device, check_remote_bytes,
+    check_values_or_bytes, ring)
 
 collectives = chapter("collectives")
 
 puzzle = pytest.mark.puzzle
 on_tpu = pytest.mark.tpu
-AXIS = "x"
 EVERY_CHIP = None   # a tpu-marked test: every chip of the slice
 
 # What each lesson requires of your program, checked from its trace: your own kernel
@@ -45,21 +45,6 @@ REMOTE = Structure(inside={"dma_start", "dma_wait"})
 
 
 # --- the ring ----------------------------------------------------------------
-
-def ring(n):
-    """A 1-D mesh (axis "x") over n devices: simulated chips on a CPU, real ones on a
-    TPU slice (n None: all of them)."""
-    devices = jax.devices()
-    if devices[0].platform == "cpu":
-        why = jaxcompat.cpu_devices_missing(n)
-        if why:
-            raise jaxcompat.CannotVerify("simulated chips", why)
-        jaxcompat.require("remote DMAs")
-    n = len(devices) if n is None else n
-    if len(devices) < max(n, 2):
-        pytest.skip(f"needs a ring of {max(n, 2)} chips: this slice has {len(devices)}")
-    return jax.sharding.Mesh(np.array(devices[:n]), (AXIS,))
-
 
 def on_ring(fn, mesh, *args, in_specs=P(AXIS), out_specs=P(AXIS), structure=REMOTE):
     """fn(local shards..., axis_name="x") on every device of the mesh, run and measured
@@ -77,63 +62,6 @@ def lowers(ran, mesh):
 
 def devices(mesh) -> int:
     return mesh.devices.size
-
-
-def check_remote_bytes(ran, expected, *, what, likely=None, travels=None):
-    """Your copies moved exactly the ring's bytes from chip to chip (all devices).
-    ``travels``: the dtype the travelling blocks must have (a byte count off by exactly
-    a ratio of dtype sizes names it)."""
-    moved = ran.remote_bytes
-    if moved == expected:
-        return
-    facts = [("remote", f"bytes your copies moved between chips: yours {moved:,} · the "
-                        f"ring's {expected:,}")]
-    for name, amount in (likely or {}).items():
-        if moved == amount:
-            fail(name, f"your copies move the bytes of a known wrong schedule "
-                       f"({name.replace('_', ' ')}).", facts)
-    if travels is not None and moved and moved != expected and \
-            (2 * moved in (expected, 4 * expected) or 4 * moved in (expected, 16 * expected)):
-        kind = np.dtype(travels)
-        ratio = moved / expected
-        fail("remote_dtype", (
-            f"your copies move exactly {ratio:g} times the ring's bytes: the right copies, "
-            f"but the blocks that travel are {'narrower' if ratio < 1 else 'wider'} than "
-            f"{kind.name} ({kind.itemsize} bytes an element). Give the buffers your copies "
-            f"send and receive the dtype {kind.name}."), facts)
-    if moved > expected:
-        fail("remote_bytes_high", (
-            f"your copies move more between chips than {what}: a step too many, a block "
-            "sent twice, or more of the array than the step needs."), facts)
-    fail("remote_bytes_low", (
-        f"your copies move less between chips than {what}: a step is missing, or some "
-        "blocks never travel (did they reach the output some other way?)."), facts)
-
-
-def check_copies_leave(ran):
-    """No remote copy lands on the device that started it (device_id=(me,)): on a ring
-    of two or more chips every copy of this chapter goes to a neighbour."""
-    for run, counts in zip(ran.executed, ran.steps):
-        for target, *_ in counts.remote:
-            if run.device is not None and target == run.device and run.site.devices > 1:
-                fail("sent_to_itself", (
-                    "your remote copy goes to the device that starts it (under "
-                    "'devices'): device_id names the device the copy lands on, and "
-                    "lax.axis_index(axis_name) is this device itself, so the copy never leaves it. "
-                    "Send it to the right neighbour: device_id=(right,), from "
-                    "neighbours(axis_name)."), [("devices", f"{run.device} → {target}")])
-
-
-def check_values_or_bytes(ran, expected, moved, **options):
-    """check(ran, expected, **options); where the values are wrong and nothing more
-    specific than that can be said of them, the bytes the copies moved first (``moved``):
-    a step too many or too few, or a dtype that does not travel, is named there."""
-    try:
-        check(ran, expected, **options)
-    except Mismatch as wrong:
-        if wrong.findings()[0].kind == "values":
-            moved()
-        raise
 
 
 def check_no_hbm_traffic(ran):
@@ -158,11 +86,7 @@ def test_device_ids(n):
     with jax.set_mesh(mesh):
         ran = measure(collectives.device_ids, mesh=mesh, axis_name=AXIS,
                       structure=Structure(inside={"axis_index"}))
-    if ran.program.sites and ran.program.sites[0].devices != n:
-        fail("not_on_every_device", (
-            f"your kernel ran once, not once on each of the {n} devices: call the "
-            "pallas_call inside jax.shard_map(..., mesh=mesh), so that every device runs "
-            "it for itself."))
+    check_on_every_device(ran, n)
     table = ring_table(n)
     wrapped = table.copy()
     wrapped[0, 0] = -1
@@ -349,8 +273,7 @@ def test_collective_matmul(n, M, K, F, dtype, rng):
                  marks=on_tpu),
 ])
 def test_shift_add(n, shard, dtype, rng):
-    jaxcompat.require("pl.kernel over a TensorCoreMesh")
-    mesh = ring(n)
+    mesh = ring(n, needs="pl.kernel over a TensorCoreMesh")
     n = devices(mesh)
     rows = shard[0]
     x = rng.normal((n * rows, *shard[1:]), dtype)

@@ -963,8 +963,8 @@ def check_rejects(function: Callable, cases, *, advice: str = "") -> None:
 
     name = getattr(function, "__name__", "the function")
 
-    def describe(value):
-        if hasattr(value, "shape") and hasattr(value, "dtype"):
+    def describe(value):   # an array by its shape and dtype; a dtype (np.float16) by repr
+        if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, type):
             return f"{tuple(value.shape)} {value.dtype}"
         return repr(value)
 

@@ -1,0 +1,109 @@
+"""The collectives chapter's lesson machinery: what its tests know beyond the right answers.
+
+* the ring of simulated chips the tests run on (``ring``): a 1-D mesh over the CPU
+  devices the kit asks JAX for, or a slice of real TPUs; a JAX that cannot simulate
+  the chips or their remote DMAs ends the test as "cannot be verified" (skipped);
+* checks that word the chapter's findings from what the kit measured on every
+  device: the kernel ran on each device, no copy lands on the device that sent it, the
+  bytes the copies moved between chips are the ring's (a step too many or too few,
+  the blocks travelling in another dtype, a known wrong schedule's bytes), and, where
+  the values are wrong for no more specific reason, the bytes said first.
+"""
+import jax
+import pytest
+
+from .. import jaxcompat
+from ..checking import Mismatch, check, fail
+from ..frozen import np
+
+
+# --- the ring -----------------------------------------------------------------------
+
+AXIS = "x"
+
+
+def ring(n, *, needs=None):
+    """A 1-D mesh (axis "x") over n devices: simulated chips on a CPU, real ones on a
+    TPU slice (n None: all of them). ``needs``: a feature of JAX the puzzle needs
+    besides (a name ``jaxcompat.require`` knows), asked first: a JAX without it ends
+    the test as "cannot be verified"."""
+    if needs is not None:
+        jaxcompat.require(needs)
+    devices = jax.devices()
+    if devices[0].platform == "cpu":
+        why = jaxcompat.cpu_devices_missing(n)
+        if why:
+            raise jaxcompat.CannotVerify("simulated chips", why)
+        jaxcompat.require("remote DMAs")
+    n = len(devices) if n is None else n
+    if len(devices) < max(n, 2):
+        pytest.skip(f"needs a ring of {max(n, 2)} chips: this slice has {len(devices)}")
+    return jax.sharding.Mesh(np.array(devices[:n]), (AXIS,))
+
+
+# --- what your copies did, measured on every device ---------------------------------
+
+def check_on_every_device(ran, n):
+    """The kernel ran once on each of the n devices (inside jax.shard_map), not once."""
+    if ran.program.sites and ran.program.sites[0].devices != n:
+        fail("not_on_every_device", (
+            f"your kernel ran once, not once on each of the {n} devices: call the "
+            "pallas_call inside jax.shard_map(..., mesh=mesh), so that every device runs "
+            "it for itself."))
+
+
+def check_copies_leave(ran):
+    """No remote copy lands on the device that started it (device_id=(me,)): on a ring
+    of two or more chips every copy of this chapter goes to a neighbour."""
+    for run, counts in zip(ran.executed, ran.steps):
+        for target, *_ in counts.remote:
+            if run.device is not None and target == run.device and run.site.devices > 1:
+                fail("sent_to_itself", (
+                    "your remote copy goes to the device that starts it (under "
+                    "'devices'): device_id names the device the copy lands on, and "
+                    "lax.axis_index(axis_name) is this device itself, so the copy never leaves it. "
+                    "Send it to the right neighbour: device_id=(right,), from "
+                    "neighbours(axis_name)."), [("devices", f"{run.device} → {target}")])
+
+
+def check_remote_bytes(ran, expected, *, what, likely=None, travels=None):
+    """Your copies moved exactly the ring's bytes from chip to chip (all devices).
+    ``travels``: the dtype the travelling blocks must have (a byte count off by exactly
+    a ratio of dtype sizes names it)."""
+    moved = ran.remote_bytes
+    if moved == expected:
+        return
+    facts = [("remote", f"bytes your copies moved between chips: yours {moved:,} · the "
+                        f"ring's {expected:,}")]
+    for name, amount in (likely or {}).items():
+        if moved == amount:
+            fail(name, f"your copies move the bytes of a known wrong schedule "
+                       f"({name.replace('_', ' ')}).", facts)
+    if travels is not None and moved and moved != expected and \
+            (2 * moved in (expected, 4 * expected) or 4 * moved in (expected, 16 * expected)):
+        kind = np.dtype(travels)
+        ratio = moved / expected
+        fail("remote_dtype", (
+            f"your copies move exactly {ratio:g} times the ring's bytes: the right copies, "
+            f"but the blocks that travel are {'narrower' if ratio < 1 else 'wider'} than "
+            f"{kind.name} ({kind.itemsize} bytes an element). Give the buffers your copies "
+            f"send and receive the dtype {kind.name}."), facts)
+    if moved > expected:
+        fail("remote_bytes_high", (
+            f"your copies move more between chips than {what}: a step too many, a block "
+            "sent twice, or more of the array than the step needs."), facts)
+    fail("remote_bytes_low", (
+        f"your copies move less between chips than {what}: a step is missing, or some "
+        "blocks never travel (did they reach the output some other way?)."), facts)
+
+
+def check_values_or_bytes(ran, expected, moved, **options):
+    """check(ran, expected, **options); where the values are wrong and nothing more
+    specific than that can be said of them, the bytes the copies moved first (``moved``):
+    a step too many or too few, or a dtype that does not travel, is named there."""
+    try:
+        check(ran, expected, **options)
+    except Mismatch as wrong:
+        if wrong.findings()[0].kind == "values":
+            moved()
+        raise
