@@ -59,15 +59,16 @@ def check_smem_used(ran, what):
             name = eqn.primitive.name
             if name in ("swap", "get") and eqn.invars[0] in owned:
                 (stores if name == "swap" else loads).add(owned[eqn.invars[0]])
-            if name == "run_scoped":
-                inner, _ = jaxcompat.open_jaxpr(eqn.params["jaxpr"])
+            view = jaxcompat.control(eqn)
+            if isinstance(view, jaxcompat.Scoped):
+                inner, _ = view.body
                 mine = {v: id(v) for v in inner.invars
                         if jaxcompat.memory_space(v.aval) == "smem"
                         and "barrier" not in str(v.aval.dtype)}
                 walk(inner, {**{c: owned[o] for c, o in zip(inner.constvars, eqn.invars)
                                 if o in owned}, **mine})
                 continue
-            for inner, _ in jaxcompat.sub_jaxprs(eqn):
+            for inner, _ in jaxcompat.parts(eqn):
                 walk(inner, {})
 
     walk(kernel_of(ran).kernel, {})

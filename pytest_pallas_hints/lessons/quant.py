@@ -149,17 +149,13 @@ def tiled_bytes(M, K, N, bm, bk, bn, *, a_item, b_item, out_item, row_bytes=0, c
 def kernel_eqns(jaxpr, *, into_when=True):
     """Every equation of a kernel's jaxpr and of the jaxprs inside it (loops, the jits
     of jnp functions; the branches of pl.when unless ``into_when`` is False)."""
-    for eqn in jaxpr.eqns:
-        yield eqn
-        if eqn.primitive.name == "cond" and not into_when:
-            continue
-        for inner, _ in jaxcompat.sub_jaxprs(eqn):
-            yield from kernel_eqns(jaxcompat.open_jaxpr(inner)[0], into_when=into_when)
+    yield from jaxcompat.equations(jaxpr, into=None if into_when else lambda eqn: not isinstance(
+        jaxcompat.control(eqn), jaxcompat.Branches))
 
 
 def kernels(ran):
     """(site, kernel jaxpr) of every pallas_call the program ran."""
-    return [(site, jaxcompat.open_jaxpr(site.call.kernel)[0]) for site in ran.program.sites]
+    return [(site, site.call.kernel) for site in ran.program.sites]
 
 
 def learner_line(eqn):
@@ -238,8 +234,8 @@ def check_scales_at_the_last_step(ran, scales):
                 continue
             if not any(v in tainted for v in eqn.invars if not jaxcompat.is_literal(v)):
                 continue
-            inner = [e.primitive.name for sub, _ in jaxcompat.sub_jaxprs(eqn)
-                     for e in kernel_eqns(jaxcompat.open_jaxpr(sub)[0])]
+            inner = [e.primitive.name for sub, _ in jaxcompat.parts(eqn)
+                     for e in kernel_eqns(sub)]
             if eqn.primitive.name == "mul" or "mul" in inner:
                 fail("scales_every_step", (
                     "the scales are multiplied in at every k step, outside the pl.when of "
