@@ -4,8 +4,8 @@
     pytest exercises/test_ragged_dot.py -k masked       # one puzzle
     pytest exercises/test_ragged_dot.py -k masked --hint
 
-The metadata puzzle compares your four arrays with the visits worked out here, entry
-by entry. The kernel puzzles compare your output with the grouped matmul computed in
+The metadata puzzle compares your four arrays with the visits the kit works out
+(pytest_pallas_hints/lessons/ragged_dot.py), entry by entry. The kernel puzzles compare your output with the grouped matmul computed in
 float64 NumPy, on at least two shapes and group patterns (empty groups, a group
 smaller than a tile, groups that share a tile, M not a multiple of the tile); count
 the dot work your kernels executed (only the real visits may compute) and the bytes
@@ -17,21 +17,14 @@ holds each of its three kernels (told apart by the arrays they read) to the grid
 blocks, work and bytes of the puzzle it builds on. Tests marked `tpu` run realistic
 sizes on a real TPU and are skipped elsewhere.
 """
-import functools
-import math
-
 import jax
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, chapter, check, check_traffic, fail, lowers_for_tpu,
-                                 measure, run_jax)
-from pytest_pallas_hints.lessons.ragged_dot import (
-    METADATA_MISTAKES, check_blocks, check_experts_written, check_metadata, check_row_numbering,
-    check_tgmm_index_maps, check_vjp_counts, check_vjp_structure, check_visit_work, close_to,
-    dot_flops, fail_about, following_visits, gmm_bytes, gmm_wrong_work, grouped_matmul_in_bf16,
-    kept_columns, metadata_of, moved, output_block, several_visits_wrong, tgmm_bytes,
-    tgmm_unmasked, tgmm_wrong_work, transposed_grouped_matmul_in_bf16, vjp_kernels)
+from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_blocks, check_traffic,
+                                 check_work, lowers_for_tpu, measure, run_jax, tpu_sized)
+from pytest_pallas_hints.lessons import ragged_dot as lesson   # known wrong answers, budgets
+from pytest_pallas_hints.lessons.common import f64
 
 ragged_dot = chapter("ragged_dot")
 
@@ -42,15 +35,6 @@ on_tpu = pytest.mark.tpu
 # kernel does the matmul and reads scalar-prefetched metadata; around it, only integer
 # work on the group sizes (the metadata) is allowed.
 GROUPED = Structure(inside={"dot_general"}, prefetch=True, outside={"metadata"})
-
-
-def cdiv(a, b):
-    return -(-a // b)
-
-
-def is_tpu_size(*dims):
-    """The tpu-marked sizes (2 ** 26 elements or more), where counting would be slow."""
-    return math.prod(dims) >= 2 ** 26
 
 
 # --- group sizes -----------------------------------------------------------------
@@ -87,10 +71,6 @@ def group_sizes(rng, M, E, pattern, tm=8):
 
 
 # --- grouped matmuls in float64 NumPy: the expected values -------------------------
-
-def f64(*arrays):
-    return [np.asarray(a, np.float64) for a in arrays]
-
 
 def grouped_matmul(lhs, rhs, sizes):
     """out[rows of group e] = lhs[rows of group e] @ rhs[e], in float64."""
@@ -176,16 +156,16 @@ def test_gather(M, D, tm, ids, dtype, rng):
     V = len(tile_ids)
     ran = measure(ragged_dot.gather_tiles, x, tile_ids, tm=tm,
                   structure=Structure(prefetch=True, grid=(V,)))
-    check_blocks(ran, x=(x, (tm, D)))
+    check_blocks(ran, x=(tm, D))
     expected = x.reshape(tiles, tm, D)[tile_ids].reshape(V * tm, D)
     likely = {"first_tile": lambda: np.tile(x[:tm], (V, 1))}
     if V * tm <= M:
         likely["follows_grid"] = lambda: x[:V * tm]
     check(ran, expected, blocks=(tm, None), axes="V D", likely=likely)
-    if is_tpu_size(M, D):
+    if tpu_sized():
         return
     itemsize = x.dtype.itemsize
-    fetched = moved([(int(t), 0) for t in tile_ids], (tm, D), (M, D), itemsize)
+    fetched = lesson.moved([(int(t), 0) for t in tile_ids], (tm, D), (M, D), itemsize)
     distinct = len(set(tile_ids.tolist())) * tm * D * itemsize
     check_traffic(ran, reference=fetched + expected.nbytes, minimum=distinct + expected.nbytes)
     lowers_for_tpu(ran)
@@ -207,15 +187,9 @@ def test_metadata(M, E, tm, pattern, visit_empty_groups, rng):
     sizes = group_sizes(rng, M, E, pattern, tm)
     yours = run_jax(ragged_dot.make_group_metadata, sizes, m=M, tm=tm,
                     visit_empty_groups=visit_empty_groups)
-    if not (isinstance(yours, (tuple, list)) and len(yours) == 4):
-        fail("returned", "make_group_metadata returns a tuple of four arrays: (group_offsets, "
-             "group_ids, m_tile_ids, num_tiles).", [("returned", f"{type(yours).__name__}")])
-    expected = metadata_of(sizes, M, tm, visit_empty=visit_empty_groups)
-    mistakes = {**METADATA_MISTAKES,
-                "empty_groups_flag_ignored": dict(visit_empty=not visit_empty_groups)}
-    check_metadata([np.asarray(y) for y in yours], expected, {
-        key: metadata_of(sizes, M, tm, **{"visit_empty": visit_empty_groups, **wrong})
-        for key, wrong in mistakes.items()})
+    expected = lesson.metadata_of(sizes, M, tm, visit_empty=visit_empty_groups)
+    lesson.check_metadata(yours, expected, lesson.metadata_mistakes(
+        sizes, M, tm, visit_empty=visit_empty_groups))
 
 
 # 3 -------------------------------------------------------------------------
@@ -235,17 +209,17 @@ def test_aligned(M, K, N, E, tm, tn, pattern, dtype, rng):
     lhs, rhs = inputs(rng, M, K, N, E, dtype)
     structure = GROUPED.where(grid=(N // tn, M // tm + E - 1))
     ran = measure(ragged_dot.gmm_aligned, lhs, rhs, sizes, tm=tm, tn=tn, structure=structure)
-    check_blocks(ran, lhs=(lhs, (tm, K)), rhs=(rhs, (None, K, tn)))
+    check_blocks(ran, lhs=(tm, K), rhs=(None, K, tn))
     expected = grouped_matmul(lhs, rhs, sizes)
     check(ran, expected.astype(dtype), blocks=(tm, tn), axes="M N",
           tolerance=tolerance_for(dtype),
           likely={"first_expert": lambda: (f64(lhs)[0] @ f64(rhs)[0][0]).astype(dtype)})
-    if is_tpu_size(M, K, N):
+    if tpu_sized():
         return
     itemsize = lhs.dtype.itemsize
-    check_visit_work(ran, dot_flops(sizes, M, K, N, tm, K, tn),
-                     gmm_wrong_work(sizes, M, K, N, E, tm, K, tn, itemsize))
-    reference, minimum = gmm_bytes(M, K, N, E, sizes, tm, K, tn, itemsize)
+    check_work(ran, flops=lesson.dot_flops(sizes, M, K, N, tm, K, tn),
+               wrong=lesson.gmm_wrong_work(sizes, M, K, N, E, tm, K, tn, itemsize))
+    reference, minimum = lesson.gmm_bytes(M, K, N, E, sizes, tm, K, tn, itemsize)
     check_traffic(ran, reference=reference, minimum=minimum)
     lowers_for_tpu(ran)
 
@@ -267,21 +241,22 @@ def test_masked(M, K, N, E, tm, tn, pattern, dtype, rng):
     lhs, rhs = inputs(rng, M, K, N, E, dtype)
     structure = GROUPED.where(grid=(N // tn, cdiv(M, tm) + E - 1))
     ran = measure(ragged_dot.gmm_masked, lhs, rhs, sizes, tm=tm, tn=tn, structure=structure)
-    check_blocks(ran, lhs=(lhs, (tm, K)), rhs=(rhs, (None, K, tn)))
-    likely = {"unmasked_store": lambda: following_visits(lhs, rhs, sizes, tm,
-                                                         masked=False).astype(dtype),
-              "other_rows_zeroed": lambda: following_visits(lhs, rhs, sizes, tm,
-                                                            keep=False).astype(dtype)}
-    check_row_numbering(np.asarray(ran.output), grouped_matmul(lhs, rhs, sizes).astype(dtype),
-                        lhs, rhs, sizes, tm, dtype, known=likely.values())
+    check_blocks(ran, lhs=(tm, K), rhs=(None, K, tn))
+    likely = {"unmasked_store": lambda: lesson.following_visits(lhs, rhs, sizes, tm,
+                                                                masked=False).astype(dtype),
+              "other_rows_zeroed": lambda: lesson.following_visits(lhs, rhs, sizes, tm,
+                                                                   keep=False).astype(dtype)}
+    lesson.check_row_numbering(np.asarray(ran.output),
+                               grouped_matmul(lhs, rhs, sizes).astype(dtype),
+                               lhs, rhs, sizes, tm, dtype, known=likely.values())
     check(ran, grouped_matmul(lhs, rhs, sizes).astype(dtype), blocks=(tm, tn), axes="M N",
           tolerance=tolerance_for(dtype), likely=likely)
-    if is_tpu_size(M, K, N):
+    if tpu_sized():
         return
     itemsize = lhs.dtype.itemsize
-    check_visit_work(ran, dot_flops(sizes, M, K, N, tm, K, tn),
-                     gmm_wrong_work(sizes, M, K, N, E, tm, K, tn, itemsize))
-    reference, minimum = gmm_bytes(M, K, N, E, sizes, tm, K, tn, itemsize)
+    check_work(ran, flops=lesson.dot_flops(sizes, M, K, N, tm, K, tn),
+               wrong=lesson.gmm_wrong_work(sizes, M, K, N, E, tm, K, tn, itemsize))
+    reference, minimum = lesson.gmm_bytes(M, K, N, E, sizes, tm, K, tn, itemsize)
     check_traffic(ran, reference=reference, minimum=minimum)
     lowers_for_tpu(ran)
 
@@ -306,29 +281,29 @@ def test_k_axis(M, K, N, E, tiling, pattern, dtype, rng):
     lhs, rhs = summed(rng, dtype, (M, K), (E, K, N))
     structure = GROUPED.where(grid=(cdiv(N, tn), cdiv(M, tm) + E - 1, cdiv(K, tk)))
     ran = measure(ragged_dot.gmm, lhs, rhs, sizes, tiling=tiling, structure=structure)
-    check_blocks(ran, lhs=(lhs, (tm, tk)), rhs=(rhs, (None, tk, tn)))
+    check_blocks(ran, lhs=(tm, tk), rhs=(None, tk, tn))
     check(ran, grouped_matmul(lhs, rhs, sizes).astype(dtype), blocks=(tm, tn), axes="M N",
           tolerance=exact_for(dtype),
-          likely={"acc_not_reset": lambda: following_visits(lhs, rhs, sizes, tm,
-                                                            reset=False).astype(dtype),
-                  "unmasked_store": lambda: following_visits(lhs, rhs, sizes, tm,
-                                                             masked=False).astype(dtype),
-                  "other_rows_zeroed": lambda: following_visits(lhs, rhs, sizes, tm,
-                                                                keep=False).astype(dtype),
-                  "bf16_accumulation": lambda: grouped_matmul_in_bf16(lhs, rhs, sizes, tk)
-                  .astype(dtype),
+          likely={"acc_not_reset": lambda: lesson.following_visits(lhs, rhs, sizes, tm,
+                                                                   reset=False).astype(dtype),
+                  "unmasked_store": lambda: lesson.following_visits(lhs, rhs, sizes, tm,
+                                                                    masked=False).astype(dtype),
+                  "other_rows_zeroed": lambda: lesson.following_visits(
+                      lhs, rhs, sizes, tm, keep=False).astype(dtype),
+                  "bf16_accumulation": lambda: lesson.grouped_matmul_in_bf16(
+                      lhs, rhs, sizes, tk).astype(dtype),
                   "acc_zeroed_every_k": lambda: grouped_matmul(
                       lhs[:, (cdiv(K, tk) - 1) * tk:], rhs[:, (cdiv(K, tk) - 1) * tk:],
                       sizes).astype(dtype),
                   **({"mask_every_block": lambda: grouped_matmul(
-                      lhs[:, kept_columns(K, tk)], rhs[:, kept_columns(K, tk)], sizes)
-                      .astype(dtype)} if K % tk else {})})
-    if is_tpu_size(M, K, N):
+                      lhs[:, lesson.kept_columns(K, tk)], rhs[:, lesson.kept_columns(K, tk)],
+                      sizes).astype(dtype)} if K % tk else {})})
+    if tpu_sized():
         return
     itemsize = lhs.dtype.itemsize
-    check_visit_work(ran, dot_flops(sizes, M, K, N, tm, tk, tn),
-                     gmm_wrong_work(sizes, M, K, N, E, tm, tk, tn, itemsize))
-    reference, minimum = gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize)
+    check_work(ran, flops=lesson.dot_flops(sizes, M, K, N, tm, tk, tn),
+               wrong=lesson.gmm_wrong_work(sizes, M, K, N, E, tm, tk, tn, itemsize))
+    reference, minimum = lesson.gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize)
     check_traffic(ran, reference=reference, minimum=minimum)
     lowers_for_tpu(ran)
 
@@ -348,18 +323,7 @@ def test_k_axis_checks_its_arguments(bad, rng):
     tiling = (100, 128, 128) if bad == "tm" else (64, 128, 128)
     said = {"groups": f"group_sizes of shape {sizes.shape}", "k": f"rhs of shape {rhs.shape}",
             "tm": f"tiling={tiling}"}[bad]
-    try:
-        jax.eval_shape(functools.partial(ragged_dot.gmm, tiling=tiling), lhs, rhs, sizes)
-    except ValueError:
-        return
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        fail("argument_check", f"gmm({said}) should raise a ValueError that names the "
-             "argument before any kernel is built; it failed later, inside JAX.",
-             [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
-    fail("argument_check", f"gmm({said}) should raise a ValueError that names the argument; "
-         "it raised nothing.")
+    lesson.check_gmm_rejects(ragged_dot.gmm, lhs, rhs, sizes, tiling=tiling, said=said)
 
 
 # 6 -------------------------------------------------------------------------
@@ -385,38 +349,26 @@ def test_tgmm(M, K, N, E, tiling, pattern, dtype, rng):
     lhs, grad = summed(rng, dtype, (K, M), (M, N))
     structure = GROUPED.where(grid=(cdiv(N, tn), cdiv(K, tk), cdiv(M, tm) + E - 1))
     ran = measure(ragged_dot.tgmm, lhs, grad, sizes, tiling=tiling, structure=structure)
-    check_blocks(ran, lhs=(lhs, (tk, tm)), grad=(grad, (tm, tn)))
-    if not is_tpu_size(M, K, N):
-        check_tgmm_index_maps(ran, lhs, grad, sizes, M, tm)
+    check_blocks(ran, lhs=(tk, tm), grad=(tm, tn))
+    if not tpu_sized():
+        lesson.check_tgmm_index_maps(ran, lhs, grad, sizes, M, tm)
     expected = transposed_grouped_matmul(lhs, grad, sizes)
-    check_experts_written(ran.output, expected.astype(dtype), sizes, blocks=(tk, tn),
-                          tolerance=exact_for(dtype),
-                          stored=None if is_tpu_size(M, K, N) else
-                          ran.stored_blocks(output_block(ran.program.sites[0])))
+    lesson.check_experts_written(ran.output, expected.astype(dtype), sizes, blocks=(tk, tn),
+                                 tolerance=exact_for(dtype), stored=lesson.stored_blocks(ran))
     likely = {"acc_not_reset": lambda: np.cumsum(expected, axis=0).astype(dtype),
-              "unmasked_rows": lambda: tgmm_unmasked(lhs, grad, sizes, tm).astype(dtype),
-              "bf16_accumulation": lambda: transposed_grouped_matmul_in_bf16(
+              "unmasked_rows": lambda: lesson.tgmm_unmasked(lhs, grad, sizes, tm).astype(dtype),
+              "bf16_accumulation": lambda: lesson.transposed_grouped_matmul_in_bf16(
                   lhs, grad, sizes, tm).astype(dtype)}
-    several = several_visits_wrong(ran.output, expected.astype(dtype), sizes, M, tm,
-                                   exact_for(dtype))
-    if several and not any(close_to(ran.output, wrong(), exact_for(dtype))
-                           for wrong in likely.values()):
-        fail_about("output", "several_visits_wrong", (
-            "only the experts whose group has several visits are wrong, those with one "
-            "visit right: the accumulator is not carried right across a group's visits. "
-            "Clear it at a group's first visit (visit == 0, or the previous visit's group "
-            "differs), add to it at every real visit, and store it at the group's last (the "
-            "next visit's group differs, or visit == num_tiles - 1): which phase runs under "
-            "which condition?"),
-            [("groups", "wrong: " + ", ".join(map(str, sorted(several))) + " (several "
-                        "visits each) · right: the groups with one visit")])
+    lesson.check_several_visits(ran.output, expected.astype(dtype), sizes, M, tm,
+                                exact_for(dtype), known=likely.values())
     check(ran, expected.astype(dtype), blocks=(1, tk, tn), axes="E K N",
           tolerance=exact_for(dtype), likely=likely)
-    if is_tpu_size(M, K, N):
+    if tpu_sized():
         return
-    check_visit_work(ran, dot_flops(sizes, M, K, N, tm, tk, tn),
-                     tgmm_wrong_work(sizes, M, K, N, E, tm, tk, tn, lhs.dtype.itemsize))
-    reference, minimum = tgmm_bytes(M, K, N, E, sizes, tm, tk, tn, lhs.dtype.itemsize)
+    itemsize = lhs.dtype.itemsize
+    check_work(ran, flops=lesson.dot_flops(sizes, M, K, N, tm, tk, tn),
+               wrong=lesson.tgmm_wrong_work(sizes, M, K, N, E, tm, tk, tn, itemsize))
+    reference, minimum = lesson.tgmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize)
     check_traffic(ran, reference=reference, minimum=minimum)
     lowers_for_tpu(ran)
 
@@ -449,15 +401,15 @@ def test_differentiable(M, K, N, E, tiling, pattern, dtype, rng):
     ran = measure(with_grads, lhs, rhs, sizes, grad, attend=ragged_dot.ragged_dot,
                   tiling=tiling, structure=GROUPED.where(kernels=3,
                                                          outside={"metadata", "transpose"}))
-    kernels, comes_from = vjp_kernels(ran, {"lhs": lhs, "rhs": rhs, "grad": grad})
+    kernels, comes_from = lesson.vjp_kernels(ran, {"lhs": lhs, "rhs": rhs, "grad": grad})
     visits = cdiv(M, tm) + E - 1
     grids = {"output": (cdiv(N, tn), visits, cdiv(K, tk)),
              "d lhs": (cdiv(K, tk), visits, cdiv(N, tn)),
              "d rhs": (cdiv(N, tn), cdiv(K, tk), visits)}
     for output, site in kernels.items():
-        check_vjp_structure(output, site, comes_from, grid=grids[output],
-                            sizes={"M": M, "K": K, "N": N, "E": E},
-                            tiles={"M": tm, "K": tk, "N": tn, "E": None})
+        lesson.check_vjp_structure(output, site, comes_from, grid=grids[output],
+                                   sizes={"M": M, "K": K, "N": N, "E": E},
+                                   tiles={"M": tm, "K": tk, "N": tn, "E": None})
     out, d_lhs, d_rhs = ran.output
     tolerance = exact_for(dtype)
     check(out, grouped_matmul(lhs, rhs, sizes).astype(dtype), name="output",
@@ -469,28 +421,27 @@ def test_differentiable(M, K, N, E, tiling, pattern, dtype, rng):
                   **({"d_lhs_rhs_not_transposed": lambda: grouped_matmul(grad, rhs, sizes)
                       .astype(dtype)} if K == N else {})})
     expected = transposed_grouped_matmul(np.swapaxes(lhs, 0, 1), grad, sizes)
-    check_experts_written(d_rhs, expected.astype(dtype), sizes, blocks=(tk, tn),
-                          tolerance=tolerance, name="d rhs",
-                          stored=None if is_tpu_size(M, K, N) else
-                          ran.stored_blocks(output_block(kernels["d rhs"])))
+    lesson.check_experts_written(d_rhs, expected.astype(dtype), sizes, blocks=(tk, tn),
+                                 tolerance=tolerance, name="d rhs",
+                                 stored=lesson.stored_blocks(ran, kernels["d rhs"]))
     check(d_rhs, expected.astype(dtype), name="d rhs", blocks=(1, tk, tn), axes="E K N",
           tolerance=tolerance,
           likely={"d_rhs_every_row": lambda: np.broadcast_to(
               f64(lhs)[0].T @ f64(grad)[0], (E, K, N)).astype(dtype),
                   **({"d_rhs_operands_swapped": lambda: np.swapaxes(expected, 1, 2)
                       .astype(dtype)} if K == N else {})})
-    if is_tpu_size(M, K, N):
+    if tpu_sized():
         return
     itemsize = lhs.dtype.itemsize
-    counts = {"output": (dot_flops(sizes, M, K, N, tm, tk, tn),
-                         gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize)),
-              "d lhs": (dot_flops(sizes, M, N, K, tm, tn, tk),
-                        gmm_bytes(M, N, K, E, sizes, tm, tn, tk, itemsize)),
-              "d rhs": (dot_flops(sizes, M, K, N, tm, tk, tn),
-                        tgmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize))}
+    counts = {"output": (lesson.dot_flops(sizes, M, K, N, tm, tk, tn),
+                         lesson.gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize)),
+              "d lhs": (lesson.dot_flops(sizes, M, N, K, tm, tn, tk),
+                        lesson.gmm_bytes(M, N, K, E, sizes, tm, tn, tk, itemsize)),
+              "d rhs": (lesson.dot_flops(sizes, M, K, N, tm, tk, tn),
+                        lesson.tgmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize))}
     for output in ("output", "d lhs", "d rhs"):
         flops, moved = counts[output]
-        check_vjp_counts(ran, output, kernels[output], flops=flops, moved=moved)
+        lesson.check_vjp_counts(ran, output, kernels[output], flops=flops, moved=moved)
     # The kernels' own DMAs, if any, and every output written: all three together.
     check_traffic(ran, reference=sum(moved[0] for _, moved in counts.values()),
                   minimum=sum(moved[1] for _, moved in counts.values()))

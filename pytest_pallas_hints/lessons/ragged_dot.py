@@ -14,9 +14,10 @@ right answer.
 * the differentiable puzzle's three kernels, told apart by the arguments they read and
   each held to the grid, blocks, work and bytes of the puzzle it builds on.
 """
+import functools
 import math
 
-from ..checking import check, check_work, fail
+from ..checking import check, fail, tpu_sized
 from ..frozen import np
 from .common import cdiv, f64
 
@@ -139,10 +140,10 @@ def check_row_numbering(yours, expected, lhs, rhs, sizes, tm, dtype, *, known=()
             found.append((sure, key, numbering, int(written.sum())))
     if found:
         _, key, numbering, rows = max(found, key=lambda f: f[0])
-        fail_about("output", key, (
+        fail(key, (
             f"your output is what a kernel writes that numbers a tile's rows "
             f"{'from its visit, visit * tm' if numbering == 'visit' else 'from 0'}."),
-            [("rows", f"yours match that kernel on all {rows} rows it writes")])
+            [("rows", f"yours match that kernel on all {rows} rows it writes")], name="output")
 
 
 TOLERANCE_OF = {"float32": 1e-4, "bfloat16": 2e-2}
@@ -239,7 +240,7 @@ def check_experts_written(out, expected, sizes, *, blocks, tolerance, name="outp
                       and np.isnan(f64(out[e])[0]).all()}
         never -= {b[0] for b in stored}
         if nan_stored and not never:
-            fail_about(name, "nan", (
+            fail("nan", (
                 "the experts' blocks were stored, but every value is NaN: what they summed "
                 "was NaN. The rows past M (NaN in interpret mode) or another group's rows "
                 "reached the dot unmasked (NaN * 0 is NaN: mask both lhs's columns and "
@@ -250,7 +251,7 @@ def check_experts_written(out, expected, sizes, *, blocks, tolerance, name="outp
                          "stored"),
                  ("groups", " · ".join(f"{e}: " + (f"rows {offsets[e]}-{offsets[e + 1] - 1}"
                                                     if sizes[e] else "empty")
-                                       for e in sorted(nan_stored)))])
+                                       for e in sorted(nan_stored)))], name=name)
     if not never:
         return
     empty = {e for e in range(E) if sizes[e] == 0}
@@ -296,12 +297,22 @@ def check_experts_written(out, expected, sizes, *, blocks, tolerance, name="outp
              ("groups", " · ".join(f"{e}: " + (f"rows {offsets[e]}-{offsets[e + 1] - 1}"
                                                 if sizes[e] else "empty")
                                    for e in sorted(never)))]
-    fail_about(name, said[0][0], " ".join(sentence for _, sentence in said), facts)
+    fail(said[0][0], " ".join(sentence for _, sentence in said), facts, name=name)
 
 
 def output_block(site):
     """The BlockSpec'd output operand of a kernel (its one output)."""
     return next(block for block in site.call.blocks if not block.is_input)
+
+
+def stored_blocks(ran, site=None):
+    """The blocks (e, k, n) of the output of the kernel at ``site`` (default: the
+    program's first) that some grid step stored into, from the walk of the kernel, for
+    check_experts_written; None where not known, and in a tpu-sized configuration (the
+    walk of every grid step would take longer than the kernel)."""
+    if tpu_sized():
+        return None
+    return ran.stored_blocks(output_block(site or ran.program.sites[0]))
 
 
 # What each of tgmm's index maps names at a real visit, grid (n, k, visit), and why.
@@ -338,13 +349,13 @@ def check_tgmm_index_maps(ran, lhs, grad, sizes, M, tm):
                     if tuple(index) == want:
                         continue
                     formula, why = TGMM_INDEX_MAPS[label]
-                    fail_about("output", "index_map", (
+                    fail("index_map", (
                         f"{label}'s index map names block {shown(index)} at grid step (n={n}, "
                         f"k={k}, visit={visit}), where that visit (group {group}, row tile "
                         f"{tile}) needs block {shown(want)}: {why}. The index map returns "
                         f"{formula}."),
                         [("index map", f"{label} at step ({n}, {k}, {visit}): expected "
-                                       f"{shown(want)} · yours {shown(index)}")])
+                                       f"{shown(want)} · yours {shown(index)}")], name="output")
 
 
 def several_visits_wrong(out, expected, sizes, M, tm, tolerance):
@@ -360,38 +371,28 @@ def several_visits_wrong(out, expected, sizes, M, tm, tolerance):
     return several if several and once and wrong == several else set()
 
 
+def check_several_visits(out, expected, sizes, M, tm, tolerance, *, known=()):
+    """Fails when only the experts whose group has several visits are wrong (see
+    several_visits_wrong), and the output is none of the known wrong answers (``known``:
+    functions, which check's likely names instead)."""
+    several = several_visits_wrong(out, expected, sizes, M, tm, tolerance)
+    if several and not any(close_to(out, wrong(), tolerance) for wrong in known):
+        fail("several_visits_wrong", (
+            "only the experts whose group has several visits are wrong, those with one "
+            "visit right: the accumulator is not carried right across a group's visits. "
+            "Clear it at a group's first visit (visit == 0, or the previous visit's group "
+            "differs), add to it at every real visit, and store it at the group's last (the "
+            "next visit's group differs, or visit == num_tiles - 1): which phase runs under "
+            "which condition?"),
+            [("groups", "wrong: " + ", ".join(map(str, sorted(several))) + " (several "
+                        "visits each) · right: the groups with one visit")], name="output")
+
+
 def close_to(yours, expected, tolerance):
     """Within tolerance of expected, relative to its values and its largest one."""
     yours, expected = f64(yours, expected)
     scale = float(np.abs(expected).max(initial=0.0)) or 1.0
     return np.allclose(yours, expected, rtol=tolerance or 0, atol=(tolerance or 0) * scale)
-
-
-def fail_about(name, kind, says, facts=()):
-    """fail(kind, says, facts) about one output of the puzzle (its words: "kind:name")."""
-    fail(kind, says, facts, name=name)
-
-
-def check_blocks(ran, *, name=None, **expected):
-    """The block shape of every kernel operand that comes from each argument, found by
-    identity (whatever its position in the call, or the order of the operands).
-    expected: label -> (the argument, its block shape, or a list of the shapes allowed)."""
-    for label, (array, shapes) in expected.items():
-        shapes = [tuple(shape) for shape in (shapes if isinstance(shapes, list) else [shapes])]
-        blocks = ran.blocks_from(array)
-        if not blocks:
-            fail_about(name, "blocks_shape", (
-                f"{label} reaches no kernel through a BlockSpec: give it one, with blocks "
-                f"of shape {shown(shapes[0])}, so that each grid step sees its block."),
-                [("blocks", f"{label}: expected {shown(shapes[0])} · yours none")])
-        for block in blocks:
-            if tuple(block.block_shape) not in shapes:
-                fail_about(name, "blocks_shape", (
-                    f"{label} has blocks of shape {shown(block.block_shape)}, the puzzle's "
-                    f"are {' or '.join(shown(shape) for shape in shapes)}: the BlockSpec's "
-                    "block shape decides what one grid step sees."),
-                    [("blocks", f"{label}: expected {' or '.join(map(shown, shapes))} · "
-                                f"yours {shown(block.block_shape)}")])
 
 
 def shown(shape):
@@ -465,19 +466,24 @@ def dot_flops(sizes, M, K, N, tm, tk, tn, *, visit_empty=False, visits=None):
     return visits * cdiv(K, tk) * cdiv(N, tn) * 2 * tm * tk * tn
 
 
-def check_visit_work(ran, flops, wrong):
-    """check_work, where a known wrong schedule is named only when both its numbers, dot
-    flops and bytes moved, are yours, and neither the right schedule nor another known
-    wrong one has the same pair: one number alone can belong to two mistakes (a kernel
-    that computes on its padding steps, and one that visits its empty groups, do the
-    same work when there are as many padding steps as empty groups).
+def check_gmm_rejects(gmm, lhs, rhs, sizes, *, tiling, said):
+    """gmm(lhs, rhs, sizes, tiling=tiling), traced and not run, must raise a ValueError
+    before any kernel is built (any ValueError: its words are the learner's). said: the
+    bad argument, as the sentence names it ("rhs of shape (3, 129, 128)")."""
+    import jax
 
-    wrong: name -> (flops, bytes) of a known wrong schedule."""
-    pairs = list(wrong.values())
-    moved = ran.traffic.total
-    likely = {name: work for name, (work, nbytes) in wrong.items()
-              if work != flops and pairs.count((work, nbytes)) == 1 and nbytes == moved}
-    check_work(ran, flops=flops, likely=likely)
+    try:
+        jax.eval_shape(functools.partial(gmm, tiling=tiling), lhs, rhs, sizes)
+    except ValueError:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail("argument_check", f"gmm({said}) should raise a ValueError that names the "
+             "argument before any kernel is built; it failed later, inside JAX.",
+             [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+    fail("argument_check", f"gmm({said}) should raise a ValueError that names the argument; "
+         "it raised nothing.")
 
 
 def gmm_wrong_work(sizes, M, K, N, E, tm, tk, tn, itemsize):
@@ -507,12 +513,26 @@ METADATA_LABELS = {"group_offsets": "offsets", "group_ids": "group_ids",
                    "m_tile_ids": "m_tile_ids", "num_tiles": "num_tiles"}
 
 
+def metadata_mistakes(sizes, M, tm, *, visit_empty):
+    """name -> the metadata each known mistake gives (METADATA_MISTAKES, and the flag
+    visit_empty_groups ignored), for make_group_metadata(sizes, M, tm, visit_empty)."""
+    mistakes = {**METADATA_MISTAKES, "empty_groups_flag_ignored": dict(visit_empty=not visit_empty)}
+    return {key: metadata_of(sizes, M, tm, **{"visit_empty": visit_empty, **wrong})
+            for key, wrong in mistakes.items()}
+
+
 def check_metadata(yours, expected, mistakes):
     """The four arrays of make_group_metadata, compared with the expected ones. A known
     wrong metadata that all four of yours match is named (one rule broken shows in
     several arrays, and only all of them together tell the rule); else the first wrong
     array is named, with what its entries mean and where yours go astray.
-    mistakes: name -> the metadata a known mistake gives."""
+    yours: what make_group_metadata returned (a tuple of four arrays, else it fails);
+    mistakes: name -> the metadata a known mistake gives (``metadata_mistakes``)."""
+    if not (isinstance(yours, (tuple, list)) and len(yours) == 4):
+        fail("returned", "make_group_metadata returns a tuple of four arrays: (group_offsets, "
+             "group_ids, m_tile_ids, num_tiles).", [("returned", f"{type(yours).__name__}")])
+    yours = [np.asarray(y) for y in yours]
+
     def same(a, b):
         a, b = np.asarray(a), np.asarray(b)
         return a.shape == b.shape and np.array_equal(a, b)
@@ -522,16 +542,16 @@ def check_metadata(yours, expected, mistakes):
     for key, known in mistakes.items():
         if all(same(y, w) for y, w in zip(yours, known)):
             n = next(n for n in range(4) if not same(yours[n], expected[n]))
-            fail_about(METADATA_NAMES[n], key, (
+            fail(key, (
                 f"your metadata matches a known wrong one ({key.replace('_', ' ')})."),
-                metadata_facts(yours, expected))
+                metadata_facts(yours, expected), name=METADATA_NAMES[n])
     for n, name in enumerate(METADATA_NAMES):
         if yours[n].shape != expected[n].shape or yours[n].dtype != expected[n].dtype:
             check(yours[n], expected[n], name=name, blocks=(1,) * expected[n].ndim,
                   axes="v" if expected[n].ndim else None)
         if not same(yours[n], expected[n]):
-            fail_about(name, "entries", f"the entries of {name} are wrong.",
-                       metadata_facts(yours, expected, only=n))
+            fail("entries", f"the entries of {name} are wrong.",
+                 metadata_facts(yours, expected, only=n), name=name)
 
 
 def metadata_facts(yours, expected, only=None):
@@ -619,11 +639,11 @@ def check_vjp_structure(output, site, comes_from, *, grid, sizes, tiles):
     yours = tuple(site.call.grid)
     if yours != grid:
         whole = math.prod(g if isinstance(g, int) else 2 for g in yours) == 1
-        fail_about(output, "whole_array" if whole else "grid", (
+        fail("whole_array" if whole else "grid", (
             f"{what}, {name}(), runs once, over the whole arrays: like the gmm and tgmm you "
             "wrote, it walks the visits on its grid, one step per block." if whole else
             f"the grid of {what}, {name}(), is {yours}; the puzzle's is {VJP_GRID[output]}."),
-            [("grid", f"{what}: expected {grid} · yours {yours or '()'}")])
+            [("grid", f"{what}: expected {grid} · yours {yours or '()'}")], name=output)
     for block in site.call.blocks:
         names = comes_from.get(id(block), set())
         if len(names) != 1:
@@ -633,12 +653,13 @@ def check_vjp_structure(output, site, comes_from, *, grid, sizes, tiles):
         if tuple(block.block_shape) not in allowed:
             expected = " or ".join(map(shown, allowed)) or shown(
                 tuple(tiles[d] for d in VJP_READS[output][argument]))
-            fail_about(output, "blocks_shape", (
+            fail("blocks_shape", (
                 f"{what}, {name}(), reads {argument} in blocks of shape "
                 f"{shown(block.block_shape)}; the puzzle's are {expected}: tm rows, tk "
                 "along K and tn along N, whichever way the array is transposed."),
                 [("blocks", f"{argument} in {name}(): expected {expected} · yours "
-                            f"{shown(block.block_shape)} of {tuple(block.array_shape)}")])
+                            f"{shown(block.block_shape)} of {tuple(block.array_shape)}")],
+                name=output)
 
 
 def check_vjp_counts(ran, output, site, *, flops, moved):
@@ -649,22 +670,22 @@ def check_vjp_counts(ran, output, site, *, flops, moved):
     done = sum(counts.flops for run, counts in zip(ran.executed, ran.steps)
                if run.site.index == site.index)
     if done != flops:
-        fail_about(output, "work_high" if done > flops else "work_low", (
+        fail("work_high" if done > flops else "work_low", (
             f"{what}, {name}(), computes {done:,} flops of dots where its real visits need "
             f"{flops:,}: " + ("no dot on a padding step (past num_tiles), nor for an empty "
                               "group's visit." if done > flops else
                               "some real visit's dot is skipped.")),
-            [("work", f"{what}: yours {done:,} · needed {flops:,}")])
+            [("work", f"{what}: yours {done:,} · needed {flops:,}")], name=output)
     reference, minimum = moved
     bytes_moved = sum(op.bytes for op in ran.traffic.operands if op.site == site.index)
     if bytes_moved > reference:
-        fail_about(output, "traffic", (
+        fail("traffic", (
             f"{what}, {name}(), moves blocks for nothing: {bytes_moved:,} bytes between HBM "
             f"and VMEM where one that fetches each real visit's blocks once moves "
             f"{reference:,}. {VJP_TRAFFIC[output]}"),
-            [("bytes", f"{what}: yours {bytes_moved:,} · reference {reference:,}")])
+            [("bytes", f"{what}: yours {bytes_moved:,} · reference {reference:,}")], name=output)
     if bytes_moved < minimum:
-        fail_about(output, "traffic_low", (
+        fail("traffic_low", (
             f"{what}, {name}(), moved {bytes_moved:,} bytes, fewer than the {minimum:,} its "
             "result depends on: does every input go through a BlockSpec?"),
-            [("bytes", f"{what}: yours {bytes_moved:,} · minimum {minimum:,}")])
+            [("bytes", f"{what}: yours {bytes_moved:,} · minimum {minimum:,}")], name=output)
