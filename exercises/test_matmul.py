@@ -16,10 +16,11 @@ tolerance.
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_work, fail,
-                                 lowers_for_tpu, measure)
-from pytest_pallas_hints.lessons.matmul import (implied_bytes, judge_blocks, k_blocks,
-                                                legal_blocks, summed_in,
+from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_traffic, check_work,
+                                 lowers_for_tpu, measure, tpu_sized)
+from pytest_pallas_hints.lessons.matmul import (check_blocks_given, check_bytes_modelled,
+                                                epilogue_bytes, implied_bytes, judge_blocks,
+                                                k_blocks, legal_blocks, summed_in,
                                                 summed_in_bf16_partials, tile_flops,
                                                 vmem_used)
 
@@ -41,10 +42,6 @@ def ints(rng, shape, dtype="float32", low=-4, high=5):
 def dot(a, b):
     """a @ b (batched too) in float64, then rounded once to a's dtype."""
     return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
-
-
-def cdiv(a, b):
-    return -(-a // b)
 
 
 # What each lesson requires of your program, checked from its trace: your own
@@ -105,11 +102,7 @@ def test_k_accumulate(M, K, N, bm, bk, bn, dtype, rng):
     itemsize = a.dtype.itemsize
     implied = implied_bytes(M, K, N, bm, bk, bn, itemsize)
     check_traffic(moved, reference=implied, minimum=(M * K + K * N + M * N) * itemsize)
-    if moved.traffic.total < implied:
-        fail("traffic_low", "your kernel moves fewer bytes than its blocks imply: "
-                    "does matmul_tiled use the bm, bk and bn it is given?", [
-                        ("bytes", f"moved: yours {moved.traffic.total} B · bm={bm} bk={bk} bn={bn} "
-                                  f"imply {implied} B")])
+    check_blocks_given(moved, implied, bm=bm, bk=bk, bn=bn)
 
 
 # 3 -------------------------------------------------------------------------
@@ -216,8 +209,7 @@ def test_epilogue(M, K, N, bm, bk, bn, dtype, rng):
                   "bias_follows_rows": bias_follows_rows})
     lowers_for_tpu(moved)
     itemsize = a.dtype.itemsize
-    bias_reads = 1 if bn >= N else cdiv(M, bm)   # (0, j) changes with j, again for each i
-    fused = implied_bytes(M, K, N, bm, bk, bn, itemsize) + N * itemsize * bias_reads
+    fused = epilogue_bytes(M, K, N, bm, bk, bn, itemsize)
     check_traffic(moved, reference=fused, minimum=(M * K + K * N + N + M * N) * itemsize,
                   outside=0)
 
@@ -272,15 +264,7 @@ def test_choose_blocks_on_the_real_kernel(M, K, N, vmem_bytes, rng):
     a, b = ints(rng, (M, K)), ints(rng, (K, N))
     ran = measure(matmul.matmul_tiled, a, b, bm=bm, bk=bk, bn=bn,
                   structure=tiled(M, K, N, bm, bk, bn))
-    if M * K * N > 2 ** 24:   # the tpu config
+    if tpu_sized():
         check(ran, dot(a, b), blocks=(bm, bn), axes="i j")
         return
-    model = implied_bytes(M, K, N, bm, bk, bn, F32)
-    yours = ran.traffic
-    if yours.total != model:
-        moved = " · ".join(f"{op.name} {op.direction} {op.bytes} B" for op in yours.operands)
-        fail("model_mismatch", "matmul_tiled does not move what these blocks imply: "
-                    "does it use the bm, bk and bn it is given, with K last in its grid?", [
-                        ("blocks", f"(bm, bk, bn) = ({bm}, {bk}, {bn})"),
-                        ("bytes", f"moved: matmul_tiled {yours.total} B · model {model} B"),
-                        ("moved", moved)])
+    check_bytes_modelled(ran, implied_bytes(M, K, N, bm, bk, bn, F32), bm=bm, bk=bk, bn=bn)

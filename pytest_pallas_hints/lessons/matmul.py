@@ -48,6 +48,38 @@ def implied_bytes(M, K, N, bm, bk, bn, itemsize):
     return itemsize * (M * K * a_reads + K * N * b_reads + M * N)
 
 
+def epilogue_bytes(M, K, N, bm, bk, bn, itemsize):
+    """Bytes of matmul_bias_gelu's grid: matmul_tiled's (implied_bytes) and the bias's
+    (0, j) blocks, fetched again whenever j changes."""
+    bias_reads = 1 if bn >= N else cdiv(M, bm)   # (0, j) changes with j, again for each i
+    return implied_bytes(M, K, N, bm, bk, bn, itemsize) + N * itemsize * bias_reads
+
+
+def check_blocks_given(ran, implied, *, bm, bk, bn):
+    """Fails when the kernel moved fewer bytes than the blocks it was given imply
+    (``implied``): it tiles with blocks of its own."""
+    if ran.traffic.total < implied:
+        fail("traffic_low", "your kernel moves fewer bytes than its blocks imply: "
+                            "does matmul_tiled use the bm, bk and bn it is given?", [
+                                ("bytes", f"moved: yours {ran.traffic.total} B · bm={bm} "
+                                          f"bk={bk} bn={bn} imply {implied} B")])
+
+
+def check_bytes_modelled(ran, model, *, bm, bk, bn):
+    """Fails when matmul_tiled, run with choose_blocks' blocks, does not move the bytes
+    the traffic model that judged them says (``model``)."""
+    yours = ran.traffic
+    if yours.total != model:
+        moved = " · ".join(f"{op.name} {op.direction} {op.bytes} B" for op in yours.operands)
+        fail("model_mismatch", "matmul_tiled does not move what these blocks imply: "
+                               "does it use the bm, bk and bn it is given, with K last in its "
+                               "grid?", [
+                                   ("blocks", f"(bm, bk, bn) = ({bm}, {bk}, {bn})"),
+                                   ("bytes", f"moved: matmul_tiled {yours.total} B · model "
+                                             f"{model} B"),
+                                   ("moved", moved)])
+
+
 def tile_flops(M, K, N, bm, bn, batch=1):
     """Flops of the dots over every (bm, bn) output tile: a partial tile at the end
     is computed whole (its extra rows and columns are dropped when stored)."""
