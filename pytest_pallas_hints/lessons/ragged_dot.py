@@ -22,7 +22,7 @@ from ..frozen import np
 from .common import cdiv, f64
 
 
-# --- the visits, worked out here --------------------------------------------------
+# --- the visits and the metadata, worked out here ---------------------------------
 
 def visits_of(sizes, M, tm, *, visit_empty=False, owned_only=False, past_end=False,
               from_zero=False, unclamped=False):
@@ -72,6 +72,84 @@ def metadata_of(sizes, M, tm, *, visit_empty=False, padding="last", offsets="sta
             np.int32(len(visits) if count == "visits" else steps))
 
 
+# The known wrong metadata: each changes one rule, and what it gives follows from it.
+METADATA_MISTAKES = {"shared_tile_forgotten": dict(owned_only=True),
+                     "last_tile_past_end": dict(past_end=True),
+                     "tile_ids_from_zero": dict(from_zero=True),
+                     "empty_end_unclamped": dict(unclamped=True),
+                     "padding_zero": dict(padding="zero"),
+                     "padding_last_group": dict(padding="last_group"),
+                     "padding_runs_on": dict(padding="runs_on"),
+                     "num_tiles_all_steps": dict(count="steps"),
+                     "offsets_without_zero": dict(offsets="ends")}
+METADATA_NAMES = ["group_offsets", "group_ids", "m_tile_ids", "num_tiles"]
+METADATA_LABELS = {"group_offsets": "offsets", "group_ids": "group_ids",
+                   "m_tile_ids": "m_tile_ids", "num_tiles": "num_tiles"}
+
+
+def metadata_mistakes(sizes, M, tm, *, visit_empty):
+    """name -> the metadata each known mistake gives (METADATA_MISTAKES, and the flag
+    visit_empty_groups ignored), for make_group_metadata(sizes, M, tm, visit_empty)."""
+    mistakes = {**METADATA_MISTAKES, "empty_groups_flag_ignored": dict(visit_empty=not visit_empty)}
+    return {key: metadata_of(sizes, M, tm, **{"visit_empty": visit_empty, **wrong})
+            for key, wrong in mistakes.items()}
+
+
+def check_metadata(yours, expected, mistakes):
+    """The four arrays of make_group_metadata, compared with the expected ones. A known
+    wrong metadata that all four of yours match is named (one rule broken shows in
+    several arrays, and only all of them together tell the rule); else the first wrong
+    array is named, with what its entries mean and where yours go astray.
+    yours: what make_group_metadata returned (a tuple of four arrays, else it fails);
+    mistakes: name -> the metadata a known mistake gives (``metadata_mistakes``)."""
+    if not (isinstance(yours, (tuple, list)) and len(yours) == 4):
+        fail("returned", "make_group_metadata returns a tuple of four arrays: (group_offsets, "
+             "group_ids, m_tile_ids, num_tiles).", [("returned", f"{type(yours).__name__}")])
+    yours = [np.asarray(y) for y in yours]
+
+    def same(a, b):
+        a, b = np.asarray(a), np.asarray(b)
+        return a.shape == b.shape and np.array_equal(a, b)
+
+    if all(same(y, e) for y, e in zip(yours, expected)):
+        return
+    for key, known in mistakes.items():
+        if all(same(y, w) for y, w in zip(yours, known)):
+            n = next(n for n in range(4) if not same(yours[n], expected[n]))
+            fail(key, (
+                f"your metadata matches a known wrong one ({key.replace('_', ' ')})."),
+                metadata_facts(yours, expected), name=METADATA_NAMES[n])
+    for n, name in enumerate(METADATA_NAMES):
+        if yours[n].shape != expected[n].shape or yours[n].dtype != expected[n].dtype:
+            check(yours[n], expected[n], name=name, blocks=(1,) * expected[n].ndim,
+                  axes="v" if expected[n].ndim else None)
+        if not same(yours[n], expected[n]):
+            fail("entries", f"the entries of {name} are wrong.",
+                 metadata_facts(yours, expected, only=n), name=name)
+
+
+def metadata_facts(yours, expected, only=None):
+    """Rows for the wrong arrays of the metadata (or the one numbered ``only``): yours
+    and the expected one, and the first entry (visit) where they part."""
+    rows = []
+    for n, name in enumerate(METADATA_NAMES):
+        y, e = np.asarray(yours[n]), np.asarray(expected[n])
+        if (only is not None and n != only) or (y.shape == e.shape and np.array_equal(y, e)):
+            continue
+        label = METADATA_LABELS[name]
+        if e.ndim == 0:
+            rows.append((label, f"expected {int(e)} · yours {y.tolist()}"))
+            continue
+        rows.append((label, f"expected {e.tolist()}\nyours    {y.tolist()}"))
+        if y.shape == e.shape:
+            first = int(np.argmax(y != e))
+            rows.append(("first", f"{name}[{first}]: expected {int(e[first])} · yours "
+                                  f"{int(y[first])}"))
+    return rows
+
+
+# --- gmm's known wrong outputs ----------------------------------------------------
+
 def following_visits(lhs, rhs, sizes, tm, *, masked=True, reset=True, keep=True):
     """gmm's output, float64, from a kernel that follows the visits: masked=False stores
     a visit's whole tile (its group's expert on every row of the tile); reset=False
@@ -119,6 +197,9 @@ def rows_numbered_wrong(lhs, rhs, sizes, tm, numbering):
     return out, written
 
 
+TOLERANCE_OF = {"float32": 1e-4, "bfloat16": 2e-2}
+
+
 def check_row_numbering(yours, expected, lhs, rhs, sizes, tm, dtype, *, known=()):
     """Fails when the output is what a masked kernel with wrongly numbered rows writes,
     on every row it writes, and that kernel tells itself apart: some of the rows it
@@ -146,9 +227,6 @@ def check_row_numbering(yours, expected, lhs, rhs, sizes, tm, dtype, *, known=()
             [("rows", f"yours match that kernel on all {rows} rows it writes")], name="output")
 
 
-TOLERANCE_OF = {"float32": 1e-4, "bfloat16": 2e-2}
-
-
 def in_bf16(parts):
     """A running sum rounded to bf16 at every step, each part rounded first, in float64:
     what a bf16 accumulator holds at the end."""
@@ -171,6 +249,8 @@ def grouped_matmul_in_bf16(lhs, rhs, sizes, tk):
     return out
 
 
+# --- tgmm's known wrong outputs ---------------------------------------------------
+
 def transposed_grouped_matmul_in_bf16(lhs, grad, sizes, tm):
     """tgmm's output from a bf16 accumulator: each group's row tiles summed in bf16."""
     lhs, grad = f64(lhs, grad)
@@ -183,6 +263,17 @@ def transposed_grouped_matmul_in_bf16(lhs, grad, sizes, tm):
         parts = [lhs[:, rows] @ grad[rows] for rows in tiles if len(rows)]
         if parts:
             out[e] = in_bf16(parts)
+    return out
+
+
+def tgmm_unmasked(lhs, grad, sizes, tm):
+    """tgmm's output, float64, if each visit summed its whole row tile."""
+    lhs, grad = f64(lhs, grad)
+    M = lhs.shape[1]
+    out = np.zeros((len(sizes), lhs.shape[0], grad.shape[1]))
+    for g, t in visits_of(sizes, M, tm):
+        rows = slice(t * tm, min((t + 1) * tm, M))
+        out[g] += lhs[:, rows] @ grad[rows]
     return out
 
 
@@ -400,18 +491,7 @@ def shown(shape):
         ("," if len(shape) == 1 else "") + ")"
 
 
-def tgmm_unmasked(lhs, grad, sizes, tm):
-    """tgmm's output, float64, if each visit summed its whole row tile."""
-    lhs, grad = f64(lhs, grad)
-    M = lhs.shape[1]
-    out = np.zeros((len(sizes), lhs.shape[0], grad.shape[1]))
-    for g, t in visits_of(sizes, M, tm):
-        rows = slice(t * tm, min((t + 1) * tm, M))
-        out[g] += lhs[:, rows] @ grad[rows]
-    return out
-
-
-# --- bytes, worked out from the visits ---------------------------------------------
+# --- work and bytes, worked out from the visits -----------------------------------
 
 def moved(indices, block, shape, itemsize):
     """Bytes a pipeline moves for a block whose index at each grid step is indices[s]: a
@@ -422,6 +502,14 @@ def moved(indices, block, shape, itemsize):
             total += math.prod(min(b, n - i * b) for i, b, n in zip(index, block, shape))
         before = index
     return total * itemsize
+
+
+def dot_flops(sizes, M, K, N, tm, tk, tn, *, visit_empty=False, visits=None):
+    """Dot flops of gmm on (tm, tk) x (tk, tn) blocks: one per real visit, K block and N
+    block (visits: that many visits instead)."""
+    if visits is None:
+        visits = len(visits_of(sizes, M, tm, visit_empty=visit_empty))
+    return visits * cdiv(K, tk) * cdiv(N, tn) * 2 * tm * tk * tn
 
 
 def gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize, *, visit_empty=False):
@@ -445,6 +533,18 @@ def tgmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize):
     return lhs + grad + E * K * N * itemsize, (K * M + M * N + E * K * N) * itemsize
 
 
+def gmm_wrong_work(sizes, M, K, N, E, tm, tk, tn, itemsize):
+    """The known wrong schedules of a gmm, (flops, bytes): computing on the padding
+    steps too (their blocks are the last visit's, nothing new is fetched), and visiting
+    the empty groups (their experts fetched)."""
+    steps = cdiv(M, tm) + E - 1
+    return {"padding_steps": (dot_flops(sizes, M, K, N, tm, tk, tn, visits=steps),
+                              gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize)[0]),
+            "empty_group_visits": (dot_flops(sizes, M, K, N, tm, tk, tn, visit_empty=True),
+                                   gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize,
+                                             visit_empty=True)[0])}
+
+
 def tgmm_wrong_work(sizes, M, K, N, E, tm, tk, tn, itemsize):
     """The known wrong schedules of a tgmm, (flops, bytes), both moving what the right one
     moves: a dot on the padding steps too (they repeat the last real visit, so they
@@ -458,13 +558,7 @@ def tgmm_wrong_work(sizes, M, K, N, E, tm, tk, tn, itemsize):
                                      moved)}
 
 
-def dot_flops(sizes, M, K, N, tm, tk, tn, *, visit_empty=False, visits=None):
-    """Dot flops of gmm on (tm, tk) x (tk, tn) blocks: one per real visit, K block and N
-    block (visits: that many visits instead)."""
-    if visits is None:
-        visits = len(visits_of(sizes, M, tm, visit_empty=visit_empty))
-    return visits * cdiv(K, tk) * cdiv(N, tn) * 2 * tm * tk * tn
-
+# --- gmm's arguments --------------------------------------------------------------
 
 def check_gmm_rejects(gmm, lhs, rhs, sizes, *, tiling, said):
     """gmm(lhs, rhs, sizes, tiling=tiling), traced and not run, must raise a ValueError
@@ -486,93 +580,7 @@ def check_gmm_rejects(gmm, lhs, rhs, sizes, *, tiling, said):
          "it raised nothing.")
 
 
-def gmm_wrong_work(sizes, M, K, N, E, tm, tk, tn, itemsize):
-    """The known wrong schedules of a gmm, (flops, bytes): computing on the padding
-    steps too (their blocks are the last visit's, nothing new is fetched), and visiting
-    the empty groups (their experts fetched)."""
-    steps = cdiv(M, tm) + E - 1
-    return {"padding_steps": (dot_flops(sizes, M, K, N, tm, tk, tn, visits=steps),
-                              gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize)[0]),
-            "empty_group_visits": (dot_flops(sizes, M, K, N, tm, tk, tn, visit_empty=True),
-                                   gmm_bytes(M, K, N, E, sizes, tm, tk, tn, itemsize,
-                                             visit_empty=True)[0])}
-
-
-# The known wrong metadata: each changes one rule, and what it gives follows from it.
-METADATA_MISTAKES = {"shared_tile_forgotten": dict(owned_only=True),
-                     "last_tile_past_end": dict(past_end=True),
-                     "tile_ids_from_zero": dict(from_zero=True),
-                     "empty_end_unclamped": dict(unclamped=True),
-                     "padding_zero": dict(padding="zero"),
-                     "padding_last_group": dict(padding="last_group"),
-                     "padding_runs_on": dict(padding="runs_on"),
-                     "num_tiles_all_steps": dict(count="steps"),
-                     "offsets_without_zero": dict(offsets="ends")}
-METADATA_NAMES = ["group_offsets", "group_ids", "m_tile_ids", "num_tiles"]
-METADATA_LABELS = {"group_offsets": "offsets", "group_ids": "group_ids",
-                   "m_tile_ids": "m_tile_ids", "num_tiles": "num_tiles"}
-
-
-def metadata_mistakes(sizes, M, tm, *, visit_empty):
-    """name -> the metadata each known mistake gives (METADATA_MISTAKES, and the flag
-    visit_empty_groups ignored), for make_group_metadata(sizes, M, tm, visit_empty)."""
-    mistakes = {**METADATA_MISTAKES, "empty_groups_flag_ignored": dict(visit_empty=not visit_empty)}
-    return {key: metadata_of(sizes, M, tm, **{"visit_empty": visit_empty, **wrong})
-            for key, wrong in mistakes.items()}
-
-
-def check_metadata(yours, expected, mistakes):
-    """The four arrays of make_group_metadata, compared with the expected ones. A known
-    wrong metadata that all four of yours match is named (one rule broken shows in
-    several arrays, and only all of them together tell the rule); else the first wrong
-    array is named, with what its entries mean and where yours go astray.
-    yours: what make_group_metadata returned (a tuple of four arrays, else it fails);
-    mistakes: name -> the metadata a known mistake gives (``metadata_mistakes``)."""
-    if not (isinstance(yours, (tuple, list)) and len(yours) == 4):
-        fail("returned", "make_group_metadata returns a tuple of four arrays: (group_offsets, "
-             "group_ids, m_tile_ids, num_tiles).", [("returned", f"{type(yours).__name__}")])
-    yours = [np.asarray(y) for y in yours]
-
-    def same(a, b):
-        a, b = np.asarray(a), np.asarray(b)
-        return a.shape == b.shape and np.array_equal(a, b)
-
-    if all(same(y, e) for y, e in zip(yours, expected)):
-        return
-    for key, known in mistakes.items():
-        if all(same(y, w) for y, w in zip(yours, known)):
-            n = next(n for n in range(4) if not same(yours[n], expected[n]))
-            fail(key, (
-                f"your metadata matches a known wrong one ({key.replace('_', ' ')})."),
-                metadata_facts(yours, expected), name=METADATA_NAMES[n])
-    for n, name in enumerate(METADATA_NAMES):
-        if yours[n].shape != expected[n].shape or yours[n].dtype != expected[n].dtype:
-            check(yours[n], expected[n], name=name, blocks=(1,) * expected[n].ndim,
-                  axes="v" if expected[n].ndim else None)
-        if not same(yours[n], expected[n]):
-            fail("entries", f"the entries of {name} are wrong.",
-                 metadata_facts(yours, expected, only=n), name=name)
-
-
-def metadata_facts(yours, expected, only=None):
-    """Rows for the wrong arrays of the metadata (or the one numbered ``only``): yours
-    and the expected one, and the first entry (visit) where they part."""
-    rows = []
-    for n, name in enumerate(METADATA_NAMES):
-        y, e = np.asarray(yours[n]), np.asarray(expected[n])
-        if (only is not None and n != only) or (y.shape == e.shape and np.array_equal(y, e)):
-            continue
-        label = METADATA_LABELS[name]
-        if e.ndim == 0:
-            rows.append((label, f"expected {int(e)} · yours {y.tolist()}"))
-            continue
-        rows.append((label, f"expected {e.tolist()}\nyours    {y.tolist()}"))
-        if y.shape == e.shape:
-            first = int(np.argmax(y != e))
-            rows.append(("first", f"{name}[{first}]: expected {int(e[first])} · yours "
-                                  f"{int(y[first])}"))
-    return rows
-
+# --- the differentiable puzzle's three kernels ------------------------------------
 
 # The three kernels of ragged_dot's vjp, each named by the output it computes and told
 # apart by the arguments its operands come from (found by identity: whatever order the
