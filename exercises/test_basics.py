@@ -13,17 +13,13 @@ import jax
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, chapter, check, check_traffic, lowers_for_tpu,
+from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_traffic, lowers_for_tpu,
                                  measure)
 
 basics = chapter("basics")
 
 puzzle = pytest.mark.puzzle
 on_tpu = pytest.mark.tpu
-
-
-def cdiv(a, b):
-    return -(-a // b)
 
 
 # What each lesson requires of your program, checked from its trace: one

@@ -13,14 +13,16 @@ is then exact in float32, so a right kernel matches NumPy to the last bit on
 any hardware, and a kernel that rounds too early cannot hide behind a
 tolerance.
 """
-import itertools
-
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_work, fail,
-                                 lowers_for_tpu, measure)
-from pytest_pallas_hints.traffic import mib
+from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_traffic, check_work,
+                                 lowers_for_tpu, measure, tpu_sized)
+from pytest_pallas_hints.lessons.matmul import (check_blocks_given, check_bytes_modelled,
+                                                epilogue_bytes, implied_bytes, judge_blocks,
+                                                k_blocks, legal_blocks, summed_in,
+                                                summed_in_bf16_partials, tile_flops,
+                                                vmem_used)
 
 matmul = chapter("matmul")
 
@@ -42,32 +44,6 @@ def dot(a, b):
     return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
 
 
-def k_blocks(a, b, bk):
-    """The f32 products of each K block, a[:, k] @ b[k, :], in the order a kernel adds them."""
-    return [a[:, k:k + bk].astype(np.float32) @ b[k:k + bk].astype(np.float32)
-            for k in range(0, a.shape[1], bk)]
-
-
-def summed_in(dtype, a, b, bk):
-    """What a kernel returns whose running sum is stored in `dtype` after every k step."""
-    acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
-    for product in k_blocks(a, b, bk):
-        acc = (acc + product).astype(dtype).astype(np.float32)
-    return acc.astype(dtype)
-
-
-def summed_in_bf16_partials(a, b, bk):
-    """An f32 running sum of products rounded to bf16: jnp.dot without preferred_element_type."""
-    acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
-    for product in k_blocks(a, b, bk):
-        acc += product.astype(a.dtype).astype(np.float32)
-    return acc.astype(a.dtype)
-
-
-def cdiv(a, b):
-    return -(-a // b)
-
-
 # What each lesson requires of your program, checked from its trace: your own
 # kernels do the matmul; nothing but reshapes happens around them unless listed.
 MATMUL = Structure(inside={"dot_general"})
@@ -77,20 +53,6 @@ def tiled(M, K, N, bm, bk, bn):
     """A matmul kernel over an (i, j, k) grid of (bm, bk) x (bk, bn) blocks."""
     return MATMUL.where(grid=(cdiv(M, bm), cdiv(N, bn), K // bk),
                         blocks={"a": (bm, bk), "b": (bk, bn)})
-
-
-def implied_bytes(M, K, N, bm, bk, bn, itemsize):
-    """Bytes between HBM and VMEM for an (i, j, k) matmul grid, by moved_bytes' rule: a
-    block is fetched again only when its index changes from one step to the next."""
-    a_reads = 1 if bk == K else cdiv(N, bn)                  # a's (i, 0) stays put across j
-    b_reads = 1 if bk == K and bn >= N else cdiv(M, bm)      # b's block stays only if unique
-    return itemsize * (M * K * a_reads + K * N * b_reads + M * N)
-
-
-def tile_flops(M, K, N, bm, bn, batch=1):
-    """Flops of the dots over every (bm, bn) output tile: a partial tile at the end
-    is computed whole (its extra rows and columns are dropped when stored)."""
-    return 2 * batch * cdiv(M, bm) * bm * cdiv(N, bn) * bn * K
 
 
 # 1 -------------------------------------------------------------------------
@@ -140,11 +102,7 @@ def test_k_accumulate(M, K, N, bm, bk, bn, dtype, rng):
     itemsize = a.dtype.itemsize
     implied = implied_bytes(M, K, N, bm, bk, bn, itemsize)
     check_traffic(moved, reference=implied, minimum=(M * K + K * N + M * N) * itemsize)
-    if moved.traffic.total < implied:
-        fail("traffic_low", "your kernel moves fewer bytes than its blocks imply: "
-                    "does matmul_tiled use the bm, bk and bn it is given?", [
-                        ("bytes", f"moved: yours {moved.traffic.total} B · bm={bm} bk={bk} bn={bn} "
-                                  f"imply {implied} B")])
+    check_blocks_given(moved, implied, bm=bm, bk=bk, bn=bn)
 
 
 # 3 -------------------------------------------------------------------------
@@ -251,72 +209,12 @@ def test_epilogue(M, K, N, bm, bk, bn, dtype, rng):
                   "bias_follows_rows": bias_follows_rows})
     lowers_for_tpu(moved)
     itemsize = a.dtype.itemsize
-    bias_reads = 1 if bn >= N else cdiv(M, bm)   # (0, j) changes with j, again for each i
-    fused = implied_bytes(M, K, N, bm, bk, bn, itemsize) + N * itemsize * bias_reads
+    fused = epilogue_bytes(M, K, N, bm, bk, bn, itemsize)
     check_traffic(moved, reference=fused, minimum=(M * K + K * N + N + M * N) * itemsize,
                   outside=0)
 
 
 # 6 -------------------------------------------------------------------------
-def sublanes(itemsize):
-    return max(8, 32 // itemsize)
-
-
-def vmem_used(bm, bk, bn, itemsize):
-    """a, b and o blocks double-buffered, plus the f32 accumulator."""
-    return 2 * itemsize * (bm * bk + bk * bn + bm * bn) + 4 * bm * bn
-
-
-def legal(dim, block, align):
-    return dim % block == 0 and (block % align == 0 or block == dim)
-
-
-def best_bytes(M, K, N, itemsize, vmem_bytes):
-    blocks = itertools.product(
-        *[[b for b in range(1, dim + 1) if legal(dim, b, align)]
-          for dim, align in ((M, sublanes(itemsize)), (K, 128), (N, 128))])
-    return min(implied_bytes(M, K, N, *bl, itemsize) for bl in blocks
-               if vmem_used(*bl, itemsize) <= vmem_bytes)
-
-
-def judge_blocks(blocks, M, K, N, itemsize, vmem_bytes):
-    """Raises Wrong naming the first broken rule: legal blocks, the budget, the bytes."""
-    if not (isinstance(blocks, (tuple, list)) and len(blocks) == 3
-            and all(isinstance(x, (int, np.integer)) and x > 0 for x in blocks)):
-        fail("returned", "choose_blocks must return a tuple of three positive ints, "
-                    "(bm, bk, bn).", [("returned", repr(blocks))])
-    bm, bk, bn = (int(x) for x in blocks)
-    shown = ("blocks", f"yours (bm, bk, bn) = ({bm}, {bk}, {bn}) for M={M} K={K} N={N}, "
-                       f"itemsize {itemsize}")
-    rows = sublanes(itemsize)
-    for name, block, dim, dim_name, align, why in (
-            ("bm", bm, M, "M", rows, f"{rows} rows fill a vreg at itemsize {itemsize}"),
-            ("bk", bk, K, "K", 128, "bk is a's last dim: 128 lanes"),
-            ("bn", bn, N, "N", 128, "128 lanes")):
-        if not legal(dim, block, align):
-            rule = (f"{name} must divide {dim_name}={dim} and be a multiple of {align} "
-                    f"({why}), or equal {dim_name}")
-            fail("block_rule", f"{name}={block} is not a legal block for "
-                                      f"{dim_name}={dim}.", [shown, ("rule", rule)])
-    used = vmem_used(bm, bk, bn, itemsize)
-    if used > vmem_bytes:
-        fail("vmem_budget", "your blocks do not fit in the VMEM budget.", [
-            shown, ("vmem", f"2 × {itemsize} B × (bm·bk + bk·bn + bm·bn) + 4 B × bm·bn = "
-                            f"{used} B = {mib(used)} > budget {mib(vmem_bytes)}")])
-    yours, best = implied_bytes(M, K, N, bm, bk, bn, itemsize), best_bytes(M, K, N, itemsize,
-                                                                      vmem_bytes)
-    if yours > best:
-        minimum = itemsize * (M * K + K * N + M * N)
-        a_reads = 1 if bk == K else N // bn
-        b_reads = 1 if bk == K and bn == N else M // bm
-        shown_bytes = mib(yours, best, minimum)
-        fail("traffic", "legal blocks that fit, but other blocks move fewer bytes.", [
-            shown, ("bytes", f"moved: yours {shown_bytes[0]} · best legal choice "
-                             f"{shown_bytes[1]} · every byte once {shown_bytes[2]}"),
-            ("reads", f"a read {a_reads} × its size, b read {b_reads} × its size, "
-                      f"o written once")])
-
-
 @puzzle("matmul.choose_blocks")
 @pytest.mark.parametrize("M, K, N, itemsize, vmem_bytes", [
     pytest.param(2048, 2048, 2048, 4, 16 * MiB, id="M=K=N=2048 f32 VMEM=16 MiB"),
@@ -329,12 +227,6 @@ def judge_blocks(blocks, M, K, N, itemsize, vmem_bytes):
 def test_choose_blocks(M, K, N, itemsize, vmem_bytes):
     blocks = matmul.choose_blocks(M, K, N, itemsize=itemsize, vmem_bytes=vmem_bytes)
     judge_blocks(blocks, M, K, N, itemsize, vmem_bytes)
-
-
-def legal_blocks(M, K, N, itemsize):
-    return list(itertools.product(
-        *[[b for b in range(1, dim + 1) if legal(dim, b, align)]
-          for dim, align in ((M, sublanes(itemsize)), (K, 128), (N, 128))]))
 
 
 @puzzle("matmul.choose_blocks")
@@ -372,15 +264,7 @@ def test_choose_blocks_on_the_real_kernel(M, K, N, vmem_bytes, rng):
     a, b = ints(rng, (M, K)), ints(rng, (K, N))
     ran = measure(matmul.matmul_tiled, a, b, bm=bm, bk=bk, bn=bn,
                   structure=tiled(M, K, N, bm, bk, bn))
-    if M * K * N > 2 ** 24:   # the tpu config
+    if tpu_sized():
         check(ran, dot(a, b), blocks=(bm, bn), axes="i j")
         return
-    model = implied_bytes(M, K, N, bm, bk, bn, F32)
-    yours = ran.traffic
-    if yours.total != model:
-        moved = " · ".join(f"{op.name} {op.direction} {op.bytes} B" for op in yours.operands)
-        fail("model_mismatch", "matmul_tiled does not move what these blocks imply: "
-                    "does it use the bm, bk and bn it is given, with K last in its grid?", [
-                        ("blocks", f"(bm, bk, bn) = ({bm}, {bk}, {bn})"),
-                        ("bytes", f"moved: matmul_tiled {yours.total} B · model {model} B"),
-                        ("moved", moved)])
+    check_bytes_modelled(ran, implied_bytes(M, K, N, bm, bk, bn, F32), bm=bm, bk=bk, bn=bn)
