@@ -23,18 +23,17 @@ The differentiable puzzles also check what the forward saves for the backward, a
 that the chapter's functions refuse bad arguments with a ValueError naming them.
 """
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_vmem,
-                                 check_work, fail, lowers_for_tpu, measure)
-from pytest_pallas_hints.lessons.norms import (Saved, check_alone, check_blocks,
-                                               check_no_vocabulary_array, check_rejects,
-                                               check_rounded_once, lane_statistics,
+from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_blocks, check_rejects,
+                                 check_traffic, check_vmem, check_work, fail, lowers_for_tpu,
+                                 measure, tpu_sized)
+from pytest_pallas_hints.lessons.norms import (Saved, check_alone, check_no_vocabulary_array,
+                                               check_rounded_once, f64, lane_statistics,
                                                layer_norm64, online64, row_blocks,
                                                with_grads, xent64, xent_flops)
 
@@ -49,18 +48,6 @@ on_tpu = pytest.mark.tpu
 SOFTMAX = Structure(inside={"reduce_max", "reduce_sum", "exp"})
 NORM = Structure(inside={"reduce_sum"})
 XENT = Structure(inside={"dot_general", "reduce_max", "exp"})
-
-
-def cdiv(a, b):
-    return -(-a // b)
-
-
-def is_tpu_size(*dims):
-    return math.prod(dims) > 2 ** 24
-
-
-def f64(*arrays):
-    return [np.asarray(a, np.float64) for a in arrays]
 
 
 # --- the expected values, in float64 NumPy -----------------------------------------
@@ -96,7 +83,7 @@ def test_row_softmax(R, C, block_rows, dtype, scale, rng):
     x = rng.normal((R, C), dtype, scale=scale)
     ran = measure(norms.softmax_rows, x, block_rows=block_rows,
                   structure=SOFTMAX.where(grid=(cdiv(R, block_rows),)))
-    check_blocks(ran, x, (block_rows, C), "x")
+    check_blocks(ran, x=(block_rows, C))
     expected = softmax64(x)
 
     def unnormalised():
@@ -107,7 +94,7 @@ def test_row_softmax(R, C, block_rows, dtype, scale, rng):
           likely={"unnormalised": unnormalised})
     if dtype == "bfloat16":
         check_rounded_once(ran.output, expected)
-    if is_tpu_size(R, C):
+    if tpu_sized():
         return
     check_traffic(ran, reference=2 * x.nbytes, minimum=2 * x.nbytes)
     lowers_for_tpu(ran)
@@ -151,7 +138,7 @@ def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
         x = long_tail(rng, R, C, block_cols, dtype)
     ran = measure(norms.softmax_long, x, block_rows=block_rows, block_cols=block_cols,
                   structure=SOFTMAX.where(grid=(cdiv(R, block_rows), 2, cdiv(C, block_cols))))
-    check_blocks(ran, x, (block_rows, block_cols), "x")
+    check_blocks(ran, x=(block_rows, block_cols))
     if np.isinf(np.asarray(ran.output, np.float64)).all():
         fail("all_inf", (
             "every value of your output is inf: when the second pass wrote, l was 0 (or m "
@@ -168,7 +155,7 @@ def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
                                                             reset=True).astype(dtype)})
     if dtype == "bfloat16":
         check_rounded_once(ran.output, expected)
-    if is_tpu_size(R, C):
+    if tpu_sized():
         return
     block = block_rows * block_cols * x.itemsize
     check_vmem(ran, most=2 * 2 * block + lane_statistics(block_rows), why=(
@@ -200,12 +187,11 @@ def test_softmax_grad(R, C, block_rows, block_cols, dtype, rng):
     two_passes = (cdiv(R, rows), 2, cdiv(C, cols))
     forward_grid = (cdiv(R, rows),) if block_cols is None else two_passes
     saved = Saved()
-    ran = measure(with_grads, x, dy, function=norms.softmax, block_rows=block_rows,
-                  block_cols=block_cols, saved=saved,
+    ran = measure(with_grads(norms.softmax, "x dy", saved=saved), x, dy,
+                  block_rows=block_rows, block_cols=block_cols,
                   structure=SOFTMAX.where(kernels=2, inside={"exp", "reduce_sum", "mul"},
                                           grid=[forward_grid, two_passes]))
-    for array, name in ((x, "x (and y, the forward's output)"), (dy, "dy")):
-        check_blocks(ran, array, (rows, cols), name)
+    check_blocks(ran, x=(rows, cols), dy=(rows, cols))
     y, dx = ran.output
     p = softmax64(x)
     dy64, x64 = f64(dy, x)
@@ -222,7 +208,7 @@ def test_softmax_grad(R, C, block_rows, block_cols, dtype, rng):
                   "sign_flipped": lambda: -dx_of(p)()})
     saved.check(rows=R * C, most=1, why=(
         "the backward needs y, the forward's own output, and dy, which it is handed."))
-    if is_tpu_size(R, C):
+    if tpu_sized():
         return
     passes = 1 if block_cols is None else 2
     # forward: x read once per pass, y written; backward: y and dy read once per pass,
@@ -261,7 +247,7 @@ def test_rms_forward(R, D, block_rows, dtype, eps, rng):
     scale = rng.normal((D,), dtype)
     ran = measure(norms.rms_norm_forward, x, scale, eps=eps, block_rows=block_rows,
                   structure=NORM.where(grid=(cdiv(R, block_rows),)))
-    check_blocks(ran, x, (block_rows, D), "x")
+    check_blocks(ran, x=(block_rows, D))
     if not (isinstance(ran.output, (tuple, list)) and len(ran.output) == 2):
         fail("returned", "rms_norm_forward returns two arrays: (y, inv_rms).",
              [("returned", type(ran.output).__name__)])
@@ -283,7 +269,7 @@ def test_rms_forward(R, D, block_rows, dtype, eps, rng):
           likely={"rms_not_inverted": lambda: (1 / truth["inv_rms"]).astype(np.float32)})
     if dtype == "bfloat16":
         check_rounded_once(y, truth["y"], name="y")
-    if is_tpu_size(R, D):
+    if tpu_sized():
         return
     moved = x.nbytes + scale.nbytes + x.nbytes + R * 4
     check_traffic(ran, reference=moved, minimum=moved)
@@ -305,10 +291,10 @@ def test_rms_backward(R, D, block_rows, dtype, rng):
     scale = rng.normal((D,), dtype)
     rows = min(block_rows, R)    # a block longer than the array shrinks to it
     saved = Saved()
-    ran = measure(with_grads, x, scale, dy, function=norms.rms_norm, eps=1e-6,
-                  block_rows=block_rows, saved=saved,
+    ran = measure(with_grads(norms.rms_norm, "x scale dy", saved=saved), x, scale, dy,
+                  eps=1e-6, block_rows=block_rows,
                   structure=NORM.where(kernels=2, grid=(cdiv(R, rows),)))
-    check_blocks(ran, x, (rows, D), "x")
+    check_blocks(ran, x=(rows, D))
     y, dx, dscale = ran.output
     truth = rms64(x, scale, dy, 1e-6)
     tolerance = None if dtype == "float32" else 3e-2
@@ -329,7 +315,7 @@ def test_rms_backward(R, D, block_rows, dtype, rng):
         "normalised rows x * (1 / rms) (or y) are as large as x: written by the forward "
         "and read back by the backward, two more trips over the whole array, for a "
         "product the backward recomputes for free."))
-    if is_tpu_size(R, D):
+    if tpu_sized():
         return
     row, vector = R * D * x.itemsize, D * scale.itemsize
     # forward: x, scale in; y, 1/rms out. backward: x, scale, 1/rms, dy in; dx, dscale out.
@@ -367,10 +353,10 @@ def test_layer_norm(R, D, block_rows, dtype, offset, rng):
     scale, bias = rng.normal((D,), dtype), rng.normal((D,), dtype)
     rows = min(block_rows, R)
     saved = Saved()
-    ran = measure(with_grads, x, scale, bias, dy, function=norms.layer_norm,
-                  eps=1e-5, block_rows=block_rows, saved=saved,
+    ran = measure(with_grads(norms.layer_norm, "x scale bias dy", saved=saved), x, scale,
+                  bias, dy, eps=1e-5, block_rows=block_rows,
                   structure=NORM.where(kernels=2, grid=(cdiv(R, rows),)))
-    check_blocks(ran, x, (rows, D), "x")
+    check_blocks(ran, x=(rows, D))
     y, dx, dscale, dbias = ran.output
     truth = layer_norm64(x, scale, bias, dy, 1e-5)
     tolerance = None if dtype == "float32" else 3e-2
@@ -404,7 +390,7 @@ def test_layer_norm(R, D, block_rows, dtype, offset, rng):
         "1 / std. Anything else as large as x (the normalised rows, y) is written by the "
         "forward and read back by the backward: two more trips over the whole array, for "
         "values the backward recomputes for free."))
-    if is_tpu_size(R, D):
+    if tpu_sized():
         return
     row, vector = R * D * x.itemsize, D * scale.itemsize
     # forward: x, scale, bias in; y, mean, 1/std out. backward: x, scale, mean, 1/std,
@@ -465,14 +451,13 @@ def test_fused_xent(T, D, V, block_t, block_v, dtype, logits, rng):
     h, w, labels = xent_inputs(rng, T, D, V, block_v, dtype, logits)
     ran = measure(norms.cross_entropy_forward, h, w, labels, block_t=block_t, block_v=block_v,
                   structure=XENT.where(grid=(cdiv(T, block_t), cdiv(V, block_v))))
-    check_blocks(ran, h, (block_t, D), "h")
-    check_blocks(ran, w, (D, block_v), "w")
+    check_blocks(ran, h=(block_t, D), w=(D, block_v))
     if not (isinstance(ran.output, (tuple, list)) and len(ran.output) == 2):
         fail("returned", "cross_entropy_forward returns two arrays: (loss, lse).",
              [("returned", type(ran.output).__name__)])
     loss, lse = ran.output
     num_t = cdiv(T, block_t)
-    if not is_tpu_size(T, V) and ran.bytes_from(w) < num_t * w.nbytes:
+    if not tpu_sized() and ran.bytes_from(w) < num_t * w.nbytes:
         fail("vocabulary_skipped", (
             "some vocabulary blocks of w never reach your kernel: every token block needs "
             "all of w, one (D, block_v) block per step of the vocabulary axis, and your "
@@ -499,7 +484,7 @@ def test_fused_xent(T, D, V, block_t, block_v, dtype, logits, rng):
     check(lse, truth["lse"][:, None].astype(np.float32), name="lse", blocks=(block_t, None),
           axes="T 1", likely={"last_vocabulary_block": lambda: one_block(
               "lse", first, V)()[:, None]})
-    if is_tpu_size(T, V):
+    if tpu_sized():
         return
     check_no_vocabulary_array(ran, T, V)
     check_work(ran, flops=xent_flops(T, D, V, block_t, block_v, 1))
@@ -530,7 +515,7 @@ def test_xent_backward(T, D, V, block_t, block_v, dtype, rng):
     h = rng.normal((T, D), dtype)
     w = rng.normal((D, V), dtype, scale=0.3)
     dloss = rng.normal((T,), "float32")
-    ran = measure(with_grads, h, w, dloss, labels=labels, function=norms.cross_entropy,
+    ran = measure(with_grads(norms.cross_entropy, "h w dloss"), h, w, dloss, labels=labels,
                   block_t=block_t, block_v=block_v,
                   structure=XENT.where(kernels=3))
     num_t, num_v = cdiv(T, block_t), cdiv(V, block_v)
@@ -542,8 +527,7 @@ def test_xent_backward(T, D, V, block_t, block_v, dtype, rng):
             "blocks) (it sums over t, last)."),
             [("grids", f"expected {(num_t, num_v)}, {(num_t, num_v)}, {(num_v, num_t)} · "
                        f"yours {', '.join(map(str, grids))}")])
-    check_blocks(ran, h, (block_t, D), "h")
-    check_blocks(ran, w, (D, block_v), "w")
+    check_blocks(ran, h=(block_t, D), w=(D, block_v))
     loss, dh, dw = ran.output
     truth = xent64(h, w, labels, dloss)
     tolerance = 1e-4 if dtype == "float32" else 3e-2
@@ -564,7 +548,7 @@ def test_xent_backward(T, D, V, block_t, block_v, dtype, rng):
     check(dw, truth["dw"].astype(dtype), name="dw", blocks=(None, block_v), axes="D V",
           tolerance=tolerance,
           likely={"no_label_term": no_label["dw"], "dloss_ignored": undirected["dw"]})
-    if is_tpu_size(T, V):
+    if tpu_sized():
         return
     check_no_vocabulary_array(ran, T, V)
     # The forward's dot, then the dh kernel's two (logits, dlogits w^T) and the dw

@@ -8,15 +8,15 @@ row statistics beyond the right answers.
   statistics not rescaled or reset at every block (``online64``), LayerNorm with an
   unbiased variance (``layer_norm64(ddof=1)``), the cross-entropy of one vocabulary
   block or without its label term (``xent64``), per-block partial sums (``row_blocks``).
-* Checks that word a learner's sentence: blocks by identity (``check_blocks``), a bf16
-  output rounded once (``check_rounded_once``), arguments refused up front
-  (``check_rejects``), a custom_vjp function called alone (``check_alone``), what a
-  forward rule saves (``Saved``), no [T, V] array outside VMEM
+* Checks that word a learner's sentence: a bf16 output rounded once
+  (``check_rounded_once``), a custom_vjp function called alone (``check_alone``), what
+  a forward rule saves (``Saved``), no [T, V] array outside VMEM
   (``check_no_vocabulary_array``).
 * ``with_grads``: a function and its gradients through jax.vjp, as one program to
-  measure (a backward rule's wrong output structure named).
+  measure, its arguments named (a backward rule's wrong output structure named).
 """
 import functools
+import inspect
 import math
 import re
 
@@ -101,18 +101,6 @@ def row_blocks(values, block_rows):
                      for s in range(0, len(values), block_rows)])
 
 
-def check_blocks(ran, array, shape, name):
-    """Every kernel operand that is `array` (found by identity: the argument itself, or a
-    value of its shape computed from it, as y from x) moves in blocks of `shape`."""
-    for block in ran.blocks_from(array):
-        if tuple(block.array_shape) == array.shape and tuple(block.block_shape) != shape:
-            fail("blocks_shape", (
-                f"{name} reaches your kernel in blocks of {tuple(block.block_shape)}, the "
-                f"puzzle's are {shape}: the BlockSpec's block shape decides what one grid step "
-                "sees."), [("blocks", f"{block.name}: expected {shape} · yours "
-                                      f"{tuple(block.block_shape)}")])
-
-
 def check_rounded_once(yours, expected, name="output"):
     """A bfloat16 output computed in float32 and cast once, at the store, is the exact
     value rounded once: within half a bf16 step, 2^-8 of each value (0.39%). A
@@ -130,42 +118,6 @@ def check_rounded_once(yours, expected, name="output"):
             "read it) and cast once, when you store."),
             [("rounding", f"largest error {worst:.2%} of the value · one rounding to bf16: "
                           "at most 0.39%")], name=name)
-
-
-def check_rejects(function, cases):
-    """Each case (why, args, static, names) must raise a ValueError that names one of
-    ``names`` (the argument at fault), before any kernel is built: traced, not run."""
-    name = function.__name__
-    for why, args, static, names in cases:
-        def describe(value):
-            if isinstance(value, np.ndarray):
-                return f"{value.shape} {value.dtype}"
-            return repr(value)
-
-        shown = ", ".join([*map(describe, args),
-                           *(f"{k}={describe(v)}" for k, v in static.items())])
-        try:
-            jax.eval_shape(functools.partial(function, **static), *args)
-        except ValueError as error:
-            if any(re.search(rf"\b{n}\b", str(error)) for n in names):
-                continue
-            fail("bad_arguments", (
-                f"{name}({shown}) raised a ValueError that does not name "
-                f"{' or '.join(names)}. Check the arguments first ({why}) and say in the "
-                "message which one is wrong."),
-                [("raised", str(error).splitlines()[0][:200])])
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            fail("bad_arguments", (
-                f"{name}({shown}) should raise a ValueError naming {' or '.join(names)} "
-                f"before any kernel is built ({why}); it failed later, inside JAX or your "
-                "kernels, with another error."),
-                [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
-        else:
-            fail("bad_arguments", (
-                f"{name}({shown}) should raise a ValueError naming {' or '.join(names)} "
-                f"({why}); it raised nothing."), [("call", f"{name}({shown})")])
 
 
 def check_alone(function, *args, like, **static):
@@ -235,26 +187,36 @@ def check_no_vocabulary_array(ran, T, V):
                          f"{T * V * 4:,} bytes")])
 
 
-def with_grads(*args, function, saved=None, **static):
-    """function(*primals) and its gradients, for args = (*primals, cotangent): the
-    cotangent is an argument like the others, an input of the measured program.
+def with_grads(function, arguments, *, saved=None):
+    """A function to measure: function(*primals) and its gradients, for args =
+    (*primals, cotangent): the cotangent is an argument like the others, an input of
+    the measured program. ``arguments`` names its positional arguments, the primals'
+    then the cotangent's ("x scale dy"), as the measured function's parameters: checks
+    find an operand by its name (``check_blocks(ran, x=...)``).
     saved: a Saved, told what the forward rule kept for the backward."""
-    *primals, cotangent = args
-    out, vjp = jax.vjp(functools.partial(function, **static), *primals)
-    if saved is not None:   # jax.vjp's function holds the residuals, and nothing else
-        saved.arrays += [(tuple(leaf.shape), leaf.dtype) for leaf in
-                         jax.tree_util.tree_leaves(vjp) if hasattr(leaf, "shape")]
-    try:
-        grads = vjp(cotangent)
-    except TypeError as error:
-        if "Custom VJP bwd rule" not in str(error):
-            raise
-        trees = re.search(r"output structure (PyTreeDef\(.*?\)) for primal input "
-                          r"structure (PyTreeDef\(.*\))", str(error))
-        facts = ([("returned", f"{trees[1]} · the function's inputs {trees[2]}")] if trees
-                 else [("raised", str(error).splitlines()[0][:200])])
-        fail("vjp_structure", (
-            "the backward rule of your custom_vjp function must return a tuple with one "
-            "entry per input of the function, in their order (None for an input that has "
-            "no gradient, such as integers), and it returns something else."), facts)
-    return (out, *grads)
+
+    def value_and_grads(*args, **static):
+        *primals, cotangent = args
+        out, vjp = jax.vjp(functools.partial(function, **static), *primals)
+        if saved is not None:   # jax.vjp's function holds the residuals, and nothing else
+            saved.arrays += [(tuple(leaf.shape), leaf.dtype) for leaf in
+                             jax.tree_util.tree_leaves(vjp) if hasattr(leaf, "shape")]
+        try:
+            grads = vjp(cotangent)
+        except TypeError as error:
+            if "Custom VJP bwd rule" not in str(error):
+                raise
+            trees = re.search(r"output structure (PyTreeDef\(.*?\)) for primal input "
+                              r"structure (PyTreeDef\(.*\))", str(error))
+            facts = ([("returned", f"{trees[1]} · the function's inputs {trees[2]}")] if trees
+                     else [("raised", str(error).splitlines()[0][:200])])
+            fail("vjp_structure", (
+                "the backward rule of your custom_vjp function must return a tuple with one "
+                "entry per input of the function, in their order (None for an input that "
+                "has no gradient, such as integers), and it returns something else."), facts)
+        return (out, *grads)
+
+    value_and_grads.__signature__ = inspect.Signature(
+        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_ONLY) for name in arguments.split()]
+        + [inspect.Parameter("static", inspect.Parameter.VAR_KEYWORD)])
+    return value_and_grads
