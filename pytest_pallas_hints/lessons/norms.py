@@ -1,18 +1,21 @@
 """The norms chapter's lesson machinery: what exercises/test_norms.py knows about
-row statistics beyond the right answers.
+row statistics (softmax, RMSNorm, LayerNorm, the fused cross-entropy) beyond the right
+answers, which the test file keeps as float64 NumPy models.
 
-* Budgets: the VMEM a row kernel may spend on per-row statistics
-  (``lane_statistics``) and the flops of the fused cross-entropy's dots
-  (``xent_flops``).
-* Models of known wrong answers, in float64 NumPy: the online softmax with its
-  statistics not rescaled or reset at every block (``online64``), LayerNorm with an
-  unbiased variance (``layer_norm64(ddof=1)``), the cross-entropy of one vocabulary
-  block or without its label term (``xent64``), per-block partial sums (``row_blocks``).
-* Checks that word a learner's sentence: a bf16 output rounded once
-  (``check_rounded_once``), a custom_vjp function called alone (``check_alone``), what
-  a forward rule saves (``Saved``), no [T, V] array outside VMEM
-  (``check_no_vocabulary_array``).
-* ``with_grads``: a function and its gradients through jax.vjp, as one program to
+* Budgets: the bytes each puzzle's kernels move between HBM and VMEM (``*_bytes``),
+  the VMEM of the kernels whose row (or logits tile) must never be whole in it
+  (``*_vmem``, ``lane_statistics`` for the per-row statistics), the flops of the
+  cross-entropy's dots (``xent_flops``).
+* Models of known wrong answers, in float64 NumPy, and the ``likely=`` dicts built
+  from them (``*_likely``): the online softmax with its statistics not rescaled, or
+  reset at every block (``online64``); LayerNorm with an unbiased variance
+  (``layer_norm64(ddof=1)``); the cross-entropy of one vocabulary block, without its
+  label term or without dloss (``xent64``); per-block partial sums (``row_blocks``).
+* Checks that word a learner's sentence (``check_*``, ``Saved.check``): what a
+  function returns, a bf16 output rounded once, what a forward rule saves, a
+  custom_vjp function called alone, every vocabulary block read, no [T, V] array
+  outside VMEM, the three cross-entropy grids, a bad label refused up front.
+* ``with_grads``: a function and its gradients through jax.vjp, as one function to
   measure, its arguments named (a backward rule's wrong output structure named).
 """
 import functools
@@ -27,10 +30,55 @@ from ..frozen import np
 from .common import cdiv, f64
 
 
+# --- budgets: work, bytes and VMEM ----------------------------------------------
+
 def lane_statistics(block_rows):
     """VMEM a kernel may spend on per-row statistics: two (block_rows, 128) float32
     buffers (one float per row, or a row of 128 lanes as TPU kernels often keep)."""
     return 2 * block_rows * 128 * 4
+
+
+def long_rows_vmem(block_rows, block_cols, itemsize):
+    """VMEM of a two-pass softmax whose row is never whole in VMEM: one (block_rows,
+    block_cols) block of x and one of the output at a time (two buffers each), and the
+    per-row statistics."""
+    block = block_rows * block_cols * itemsize
+    return 2 * 2 * block + lane_statistics(block_rows)
+
+
+def softmax_grad_bytes(x, *, passes):
+    """(reference, minimum) bytes of softmax's forward and backward kernels: forward: x
+    read once per pass, y written; backward: y and dy read once per pass, dx written.
+    The minimum reads each of them once."""
+    return (passes + 1 + 2 * passes + 1) * x.nbytes, 5 * x.nbytes
+
+
+def rms_forward_bytes(x, scale):
+    """Bytes of RMSNorm's forward: x and scale read once, y and one float32 per row
+    (1 / rms) written."""
+    R = x.shape[0]
+    return x.nbytes + scale.nbytes + x.nbytes + R * 4
+
+
+def rms_norm_bytes(x, scale):
+    """Bytes of RMSNorm's two kernels: the forward reads x and scale and writes y and
+    1 / rms (one float32 per row); the backward reads x, scale, 1 / rms and dy and
+    writes dx and dscale."""
+    R, D = x.shape
+    row, vector = R * D * x.itemsize, D * scale.itemsize
+    # forward: x, scale in; y, 1/rms out. backward: x, scale, 1/rms, dy in; dx, dscale out.
+    return (row + vector + row + 4 * R) + (2 * row + vector + 4 * R + row + vector)
+
+
+def layer_norm_bytes(x, scale):
+    """Bytes of LayerNorm's two kernels: the forward reads x, scale and bias and writes y,
+    the mean and 1 / std (a float32 each per row); the backward reads x, scale, the mean,
+    1 / std and dy and writes dx, dscale and dbias."""
+    R, D = x.shape
+    row, vector = R * D * x.itemsize, D * scale.itemsize
+    # forward: x, scale, bias in; y, mean, 1/std out. backward: x, scale, mean, 1/std,
+    # dy in; dx, dscale, dbias out.
+    return (row + 2 * vector + row + 8 * R) + (2 * row + vector + 8 * R + row + 2 * vector)
 
 
 def xent_flops(T, D, V, block_t, block_v, dots):
@@ -38,6 +86,41 @@ def xent_flops(T, D, V, block_t, block_v, dots):
     vocabulary block) pair."""
     return cdiv(T, block_t) * cdiv(V, block_v) * dots * 2 * block_t * D * block_v
 
+
+def fused_xent_vmem(block_t, block_v, D, itemsize):
+    """VMEM of the fused cross-entropy forward: one block of h and one of w at a time
+    (two buffers each), and a few numbers per token (the logits tile is a value, never a
+    buffer)."""
+    tile = (block_t * D + D * block_v) * itemsize
+    return 2 * tile + 2 * 3 * block_t * 4 + 3 * lane_statistics(block_t) // 2
+
+
+def fused_xent_bytes(h, w, *, block_t):
+    """(reference, minimum) bytes of the fused cross-entropy forward: h read once, w
+    once per token block (at least once), and three float32 per token (the labels in,
+    loss and lse out)."""
+    T = h.shape[0]
+    per_token = T * 4
+    return (h.nbytes + cdiv(T, block_t) * w.nbytes + 3 * per_token,
+            h.nbytes + w.nbytes + 3 * per_token)
+
+
+def xent_backward_bytes(h, w, *, block_t, block_v):
+    """(reference, minimum) bytes of cross_entropy's three kernels: the forward (h once,
+    w once per token block), the dh kernel (the same, and dh written) and the dw kernel
+    (h once per vocabulary block, w read and dw written), each with three float32 per
+    token (labels, lse, dloss). The minimum reads h and w once per kernel."""
+    T, V = h.shape[0], w.shape[1]
+    num_t, num_v = cdiv(T, block_t), cdiv(V, block_v)
+    per_token = T * 4
+    forward = h.nbytes + num_t * w.nbytes + 3 * per_token
+    dh_kernel = h.nbytes + num_t * w.nbytes + 3 * per_token + h.nbytes
+    dw_kernel = num_v * (h.nbytes + 3 * per_token) + w.nbytes + w.nbytes
+    return (forward + dh_kernel + dw_kernel,
+            forward + h.nbytes + w.nbytes + 3 * per_token + h.nbytes + w.nbytes)
+
+
+# --- models of known wrong answers, in float64 NumPy ------------------------------
 
 def online64(x, block_cols, *, rescale=True, reset=False):
     """softmax from the running max and sum taken column block by column block:
@@ -101,6 +184,88 @@ def row_blocks(values, block_rows):
                      for s in range(0, len(values), block_rows)])
 
 
+def rms_dx_likely(truth, dtype):
+    """RMSNorm's dx without the mean term, and with a sum where the formula takes its
+    mean (``truth``: ``rms64``'s pieces)."""
+    return {"no_mean_term": lambda: (truth["inv_rms"] * truth["g"]).astype(dtype),
+            "sum_not_mean": lambda: (truth["inv_rms"] * (
+                truth["g"] - truth["x_hat"] * (truth["g"] * truth["x_hat"]).sum(
+                    axis=1, keepdims=True))).astype(dtype)}
+
+
+def layer_norm_y_likely(x, scale, bias, dy, dtype):
+    """LayerNorm's y with the unbiased variance (divided by D - 1), and not centred (an
+    RMSNorm with a bias)."""
+    x64, scale64, bias64 = f64(x, scale, bias)
+    ms = (x64 * x64).mean(axis=1, keepdims=True)
+    return {"unbiased_variance": lambda: layer_norm64(x, scale, bias, dy, 1e-5,
+                                                      ddof=1)["y"].astype(dtype),
+            "not_centred": lambda: (x64 / np.sqrt(ms + 1e-5) * scale64 + bias64)
+            .astype(dtype)}
+
+
+def layer_norm_dx_likely(truth, dtype):
+    """LayerNorm's dx without the mean of g, or without the mean of g * x_hat
+    (``truth``: ``layer_norm64``'s pieces)."""
+    g, x_hat = truth["g"], truth["x_hat"]
+
+    def dx_without(mean_g=True, mean_gx=True):
+        return lambda: (truth["rstd"] * (
+            g - (g.mean(axis=1, keepdims=True) if mean_g else 0)
+            - (x_hat * (g * x_hat).mean(axis=1, keepdims=True) if mean_gx else 0))).astype(dtype)
+
+    return {"no_mean_of_g": dx_without(mean_g=False), "no_mean_term": dx_without(mean_gx=False)}
+
+
+def vocabulary_block_likely(h, w, labels, *, block_v):
+    """{"loss": ..., "lse": ...}: the statistics of one vocabulary block only, the last
+    (or, for the loss, the first): running statistics restarted at every step."""
+    V = w.shape[1]
+    first = (V - 1) // block_v * block_v
+
+    def one_block(part, start, stop):
+        return lambda: xent64(h, w, labels, blocks=(start, stop))[part].astype(np.float32)
+
+    return {"loss": {"last_vocabulary_block": one_block("loss", first, V),
+                     "first_vocabulary_block": one_block("loss", 0, block_v)},
+            "lse": {"last_vocabulary_block": lambda: one_block("lse", first, V)()[:, None]}}
+
+
+def xent_grads_likely(h, w, truth, dtype):
+    """{"dh": ..., "dw": ...}: the gradients without the label's -1 (no_label_term) and
+    without dloss (dloss_ignored) (``truth``: ``xent64``'s pieces, with dloss)."""
+    h64, w64 = f64(h, w)
+
+    def grads(dlogits):
+        return {"dh": lambda: (dlogits @ w64.T).astype(dtype),
+                "dw": lambda: (h64.T @ dlogits).astype(dtype)}
+
+    no_label, undirected = grads(truth["no_label_term"]), grads(truth["undirected"])
+    return {name: {"no_label_term": no_label[name], "dloss_ignored": undirected[name]}
+            for name in ("dh", "dw")}
+
+
+# --- checks that word a learner's sentence ---------------------------------------
+
+def check_returns_two(output, function, names):
+    """``function`` returns a pair: ``names`` says which, "(y, inv_rms)"."""
+    if not (isinstance(output, (tuple, list)) and len(output) == 2):
+        fail("returned", f"{function} returns two arrays: {names}.",
+             [("returned", type(output).__name__)])
+
+
+def check_not_all_inf(output, x):
+    """Not every value of the two-pass softmax is inf (the first pass's statistics reset
+    at the start of the second)."""
+    if np.isinf(np.asarray(output, np.float64)).all():
+        fail("all_inf", (
+            "every value of your output is inf: when the second pass wrote, l was 0 (or m "
+            "was -inf), so the statistics of the first pass were gone. pl.when(j == 0) "
+            "holds at the first step of both passes: reset m and l only where phase == 0 "
+            "too, pl.when((phase == 0) & (j == 0))."),
+            [("output", f"{x.size} of {x.size} values are inf")])
+
+
 def check_rounded_once(yours, expected, name="output"):
     """A bfloat16 output computed in float32 and cast once, at the store, is the exact
     value rounded once: within half a bf16 step, 2^-8 of each value (0.39%). A
@@ -118,6 +283,17 @@ def check_rounded_once(yours, expected, name="output"):
             "read it) and cast once, when you store."),
             [("rounding", f"largest error {worst:.2%} of the value · one rounding to bf16: "
                           "at most 0.39%")], name=name)
+
+
+def check_saves_one_per_row(inv_rms, x):
+    """RMSNorm's forward saves 1 / rms, [R, 1], not the normalised rows, [R, D]."""
+    R = x.shape[0]
+    if np.shape(inv_rms) == x.shape:
+        fail("saves_normalised", (
+            "your second output is [R, D]: the normalised rows. The backward needs one "
+            "number per row, 1 / rms, as a [R, 1] float32 array."),
+            [("inv_rms", f"expected {(R, 1)} float32 · yours {np.shape(inv_rms)} "
+                         f"{np.asarray(inv_rms).dtype}")])
 
 
 def check_alone(function, *args, like, **static):
@@ -160,6 +336,29 @@ class Saved:
                 [("saved", f"the residuals: {shown}")])
 
 
+def check_reads_all_of_w(ran, w, *, num_t):
+    """Every token block reads all of w: at least ``num_t`` times w's bytes."""
+    if ran.bytes_from(w) < num_t * w.nbytes:
+        fail("vocabulary_skipped", (
+            "some vocabulary blocks of w never reach your kernel: every token block needs "
+            "all of w, one (D, block_v) block per step of the vocabulary axis, and your "
+            "kernel reads less than that. w's index map must follow the grid's vocabulary "
+            "index v (index maps receive the grid's indices in the grid's order, (t, v))."),
+            [("w read", f"yours {ran.bytes_from(w):,} bytes · all of w once per token "
+                        f"block: {num_t} × {w.nbytes:,} = {num_t * w.nbytes:,} bytes")],
+            name="w")
+
+
+def check_loss_finite(loss, T):
+    """No value of the loss is inf: exp overflowed."""
+    if np.isinf(np.asarray(loss, np.float64)).any():
+        fail("overflow", (
+            "your loss is infinite: exp overflowed (float32 exp is inf beyond about 88, and "
+            "these logits reach 1e4)."),
+            [("loss", f"{int(np.isinf(np.asarray(loss, np.float64)).sum())} of {T} "
+                      "values are inf")])
+
+
 def check_no_vocabulary_array(ran, T, V):
     """No array of T * V elements or more anywhere outside VMEM: not a kernel's operand
     or output, not a JAX op around the kernels; and fewer bytes written to HBM than one
@@ -186,6 +385,43 @@ def check_no_vocabulary_array(ran, T, V):
             [("written", f"{ran.traffic.written:,} bytes · one [T, V] float32 array "
                          f"{T * V * 4:,} bytes")])
 
+
+def check_xent_grids(ran, *, num_t, num_v):
+    """cross_entropy's three kernels walk (t, v), (t, v) and (v, t): each sums over its
+    last axis."""
+    grids = [tuple(site.call.grid) for site in ran.program.sites]
+    if sorted(grids) != sorted([(num_t, num_v), (num_t, num_v), (num_v, num_t)]):
+        fail("grid", (
+            "the three kernels' grids are the forward's (token blocks, vocabulary blocks), "
+            "dh's the same (it sums over v, last) and dw's (vocabulary blocks, token "
+            "blocks) (it sums over t, last)."),
+            [("grids", f"expected {(num_t, num_v)}, {(num_t, num_v)}, {(num_v, num_t)} · "
+                       f"yours {', '.join(map(str, grids))}")])
+
+
+def check_label_refused(function, h, w, *, labels, bad, V, **static):
+    """function(h, w, labels=labels, **static), with one label (``bad``) outside [0, V),
+    raises a ValueError naming labels before any kernel is built (traced, not run: the
+    labels are concrete)."""
+    try:
+        jax.eval_shape(functools.partial(function, labels=labels, **static), h, w)
+    except ValueError as error:
+        if "labels" in str(error):
+            return
+        fail("argument_check", "cross_entropy raised a ValueError that does not name "
+             "labels.", [("raised", str(error).splitlines()[0][:200])])
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail("argument_check", f"cross_entropy with a label of {bad} (V={V}) should raise a "
+             "ValueError naming labels before any kernel is built; it failed later, "
+             "inside JAX.", [("raised", f"{type(error).__name__}: "
+                                        f"{str(error).splitlines()[0][:200]}")])
+    fail("argument_check", f"cross_entropy with a label of {bad} (V={V}) should raise a "
+         "ValueError naming labels; it raised nothing.", [("labels", f"labels[3] = {bad}")])
+
+
+# --- the function measured for a gradient -----------------------------------------
 
 def with_grads(function, arguments, *, saved=None):
     """A function to measure: function(*primals) and its gradients, for args =
