@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from pytest_pallas_hints import (Structure, chapter, check, check_vmem, check_work, fail,
-                                 lowers_for_tpu, measure, run_jax)
+                                 lowers_for_tpu, measure, run_jax, tpu_sized)
 from pytest_pallas_hints.lessons.linear import (OVERFLOW_TIMES_ZERO, check_chunk_rounded,
                                                 check_chunks_in_order, check_decay_masked,
                                                 check_moves_once, check_state_read_in_float32,
@@ -43,10 +43,6 @@ on_tpu = pytest.mark.tpu
 # does the matmuls (and the exps of the decay); nothing but reshapes around it.
 MATMULS = Structure(inside={"dot_general"})
 DECAYED = Structure(inside={"dot_general", "exp"})
-
-
-def is_tpu_size(B, N, T):
-    return B * N * T > 2 ** 14
 
 
 def inputs(rng, B, N, T, H, Hv, dtype="float32", *, normalised=False, offset=0.0):
@@ -167,7 +163,7 @@ def test_intra(B, N, T, H, Hv, chunk, dtype, rng):
           likely={"future_visible": within(causal="all"),
                   "diagonal_excluded": within(causal="j<i"),
                   "state_carried": lambda: recurrence(q, k, v).astype(dtype)})
-    if is_tpu_size(B, N, T):
+    if tpu_sized():
         return
     check_work(ran, flops=B * N * (T // chunk) * 2 * chunk * chunk * (H + Hv))
     lowers_for_tpu(ran)
@@ -202,7 +198,7 @@ def test_chunked(B, N, T, H, Hv, chunk, dtype, offset, rng):
                   "state_across_heads": wrong(reset_per_head=False),
                   "state_read_in_bf16": wrong(read_bf16=True),
                   "state_in_bf16": wrong(state_bf16=True)})
-    if is_tpu_size(B, N, T):
+    if tpu_sized():
         return
     check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk),
                likely={"quadratic": quadratic_flops(B, N, T, H, Hv, chunk)})
@@ -291,7 +287,7 @@ def test_gating(B, N, T, H, Hv, chunk, strength, rng):
                   "state_first": wrong(state_first=True),
                   "state_dropped": wrong(carry=False)})
     check_decay_masked(ran)
-    if is_tpu_size(B, N, T):
+    if tpu_sized():
         return
     check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk))
     lowers_for_tpu(ran)
@@ -346,7 +342,7 @@ def test_delta_rule(B, N, T, H, Hv, chunk, edges, dtype, rng):
     check_state_read_in_float32(ran)
     check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
           tolerance=tolerance(dtype), likely=delta_likely(wrong))
-    if is_tpu_size(B, N, T):
+    if tpu_sized():
         return
     check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk, delta=True))
     lowers_for_tpu(ran)
@@ -389,7 +385,7 @@ def test_gated_delta(B, N, T, H, Hv, chunk, strength, edges, dtype, rng):
                                                      chunk=chunk).astype(dtype),
                   **delta_likely(wrong)})
     check_decay_masked(ran)
-    if is_tpu_size(B, N, T):
+    if tpu_sized():
         return
     check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk, delta=True))
     lowers_for_tpu(ran)
@@ -443,7 +439,7 @@ def test_api(B, N, T, H, Hv, chunk, dtype, names, rng):
         check(yours, recurrence(q, k, v, **gate).astype(dtype), name=name,
               blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=tolerance(dtype),
               likely=likely)
-    if is_tpu_size(B, N, T):
+    if tpu_sized():
         return
     # A chunk longer than the sequence shrinks to it, rounded up to 8 rows.
     check_chunk_rounded(ran, T=T, chunk=chunk)
