@@ -18,21 +18,15 @@ and are skipped elsewhere.
 Keys are L2-normalised wherever the delta rule runs (its callers do that), log
 decays lie in [-5, 0] and beta in [0, 1].
 """
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, chapter, check, check_vmem, check_work, fail,
+from pytest_pallas_hints import (Structure, chapter, check, check_vmem, check_work,
                                  lowers_for_tpu, measure, run_jax, tpu_sized)
-from pytest_pallas_hints.lessons.linear import (OVERFLOW_TIMES_ZERO, check_chunk_rounded,
-                                                check_chunks_in_order, check_decay_masked,
-                                                check_moves_once, check_state_read_in_float32,
-                                                check_state_reset_once, chunk_flops, chunkwise,
-                                                delta_likely, expected_and_wrong,
-                                                quadratic_flops, recurrence)
+from pytest_pallas_hints.lessons import linear as lesson
+from pytest_pallas_hints.lessons.linear import recurrence
 
 linear = chapter("linear")
 
@@ -64,37 +58,6 @@ def gates(rng, B, N, T, *, strength=0.2, edges=False):
     log_decay = rng.uniform((B, N, T), -strength, 0.0)
     beta = rng.integers((B, N, T), 0, 2).astype(np.float32) if edges else rng.uniform((B, N, T))
     return log_decay, beta
-
-
-def hidden_value(rng, B, N, T, H, Hv, log_decay, beta, *, chunk, share=0.8, scale=1000.0):
-    """bf16 q, k [B, N, T, H] and v [B, N, T, Hv] for the delta rule, with a state that
-    holds one large value which every prediction k S reads and no output q S sees.
-
-    One key direction d (all ones, normalised) carries a value of about `scale`: tokens 0
-    and 1 write it (key d, beta 1), and every later key has `share` of d and a value that
-    is that share of it, decayed as the state is, plus O(1) noise. The queries are
-    orthogonal to d. So k S is about `scale` for every key while the outputs are O(1): a
-    state rounded to bf16 (8 significant bits) before k S errs by about scale / 512 in
-    every prediction, and that error is written back along the keys, where q sees it.
-    Sets beta to 1 on tokens 0 and 1 and log_decay to 0 in the first chunk (in place), so
-    that the large writes are rounded only as the inputs are."""
-    beta[..., :2] = 1.0
-    if log_decay is not None:
-        log_decay[..., :chunk] = 0.0
-    d = np.ones(H) / np.sqrt(H)
-    noise = rng.normal((B, N, T, H), "float64")
-    noise -= noise.mean(axis=-1, keepdims=True)
-    noise /= np.linalg.norm(noise, axis=-1, keepdims=True)
-    k = share * d + np.sqrt(1 - share ** 2) * noise
-    k[:, :, :2] = d
-    q = rng.normal((B, N, T, H), "float64")
-    q -= q.mean(axis=-1, keepdims=True)
-    q, k = (x.astype(jnp.bfloat16) for x in (q, k))
-    decayed = 1.0 if log_decay is None else np.exp(
-        np.cumsum(np.asarray(log_decay, np.float64), axis=-1))
-    along_d = np.asarray(k, np.float64) @ d * decayed
-    v = rng.normal((B, N, T, Hv), "float64") + scale * along_d[..., None]
-    return q, k, v.astype(jnp.bfloat16)
 
 
 def tolerance(dtype):
@@ -129,17 +92,10 @@ def test_recurrent(B, N, T, H, Hv, gated, with_beta, dtype, rng):
     log_decay, beta = gates(rng, B, N, T)
     log_decay = log_decay if gated else None
     beta = beta if with_beta else None
-
-    def wrong(**flags):
-        return lambda: recurrence(q, k, v, log_decay, beta, **flags).astype(dtype)
-
     check(run_jax(linear.recurrent, q, k, v, log_decay, beta),
           recurrence(q, k, v, log_decay, beta).astype(dtype), blocks=(1, 1, None, None),
           axes="B N T Hv", tolerance=tolerance(dtype),
-          likely={"read_first": wrong(read_first=True),
-                  "decay_after_write": wrong(decay_after_write=True),
-                  "erase_undecayed": wrong(erase_undecayed=True),
-                  "beta_on_keys": wrong(beta_on_keys=True)})
+          likely=lesson.recurrent_likely(q, k, v, log_decay, beta, dtype))
 
 
 # 2 -------------------------------------------------------------------------
@@ -152,20 +108,16 @@ def test_recurrent(B, N, T, H, Hv, gated, with_beta, dtype, rng):
 ])
 def test_intra(B, N, T, H, Hv, chunk, dtype, rng):
     q, k, v = inputs(rng, B, N, T, H, Hv, dtype)
-
-    def within(**flags):   # every chunk on its own: no state between chunks
-        return lambda: chunkwise(q, k, v, chunk=chunk, carry=False, **flags).astype(dtype)
-
+    # Every chunk on its own, as the chunked kernels compute it: no state between chunks.
+    expected = lesson.chunkwise(q, k, v, chunk=chunk, carry=False).astype(dtype)
     ran = measure(linear.intra_chunk, q, k, v, chunk=chunk,
                   structure=chunked_structure(B, N, T, H, Hv, chunk))
-    check(ran, within()(), blocks=(1, 1, chunk, None), axes="B N T Hv",
-          tolerance=tolerance(dtype),
-          likely={"future_visible": within(causal="all"),
-                  "diagonal_excluded": within(causal="j<i"),
-                  "state_carried": lambda: recurrence(q, k, v).astype(dtype)})
+    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
+          tolerance=tolerance(dtype), likely=lesson.intra_likely(q, k, v, chunk=chunk,
+                                                                 dtype=dtype))
     if tpu_sized():
         return
-    check_work(ran, flops=B * N * (T // chunk) * 2 * chunk * chunk * (H + Hv))
+    check_work(ran, flops=lesson.intra_flops(B, N, T, H, Hv, chunk))
     lowers_for_tpu(ran)
 
 
@@ -184,27 +136,20 @@ def test_chunked(B, N, T, H, Hv, chunk, dtype, offset, rng):
     """Right values; O(T * chunk) dot work; each input read once and the output written
     once (the state never goes to HBM); the chunk axis in order; VMEM for one chunk."""
     q, k, v = inputs(rng, B, N, T, H, Hv, dtype, offset=offset)
-    expected, wrong = expected_and_wrong(q, k, v, chunk=chunk, dtype=dtype)
+    expected, wrong = lesson.expected_and_wrong(q, k, v, chunk=chunk, dtype=dtype)
     ran = measure(linear.chunked_call, q, k, v, kernel=linear.linear_kernel, chunk=chunk,
                   structure=chunked_structure(B, N, T, H, Hv, chunk))
-    check_chunks_in_order(ran)
-    check_state_reset_once(ran)
-    check_state_read_in_float32(ran)
+    lesson.check_chunks_in_order(ran)
+    lesson.check_state_reset_once(ran)
+    lesson.check_state_read_in_float32(ran)
     check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=tolerance(dtype),
-          likely={"state_first": wrong(state_first=True),
-                  "state_dropped": wrong(carry=False),
-                  "future_visible": wrong(causal="all"),
-                  "diagonal_excluded": wrong(causal="j<i"),
-                  "state_across_heads": wrong(reset_per_head=False),
-                  "state_read_in_bf16": wrong(read_bf16=True),
-                  "state_in_bf16": wrong(state_bf16=True)})
+          likely=lesson.chunked_likely(wrong))
     if tpu_sized():
         return
-    check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk),
-               likely={"quadratic": quadratic_flops(B, N, T, H, Hv, chunk)})
-    check_moves_once(ran, q, k, v, out_bytes=expected.nbytes)
-    item = q.itemsize
-    check_vmem(ran, most=2 * (2 * chunk * H + 2 * chunk * Hv) * item + H * Hv * 4,
+    check_work(ran, flops=lesson.chunk_flops(B, N, T, H, Hv, chunk),
+               likely={"quadratic": lesson.quadratic_flops(B, N, T, H, Hv, chunk)})
+    lesson.check_moves_once(ran, q, k, v, out_bytes=expected.nbytes)
+    check_vmem(ran, most=lesson.chunked_vmem(chunk, H, Hv, q.itemsize),
                why="one chunk of q, k, v and o (two buffers each) and one [H, Hv] float32 "
                    "state.")
     lowers_for_tpu(ran)
@@ -224,18 +169,7 @@ def test_gating_decay_factors(C, strength, rng):
     log_decay = rng.uniform((C, 1), -strength, 0.0)
     with jax.disable_jit():   # op by op: no rewrite across operations
         factors = linear.decay_factors(jnp.asarray(log_decay))
-    names = ("within", "since_start", "until_end", "across")
-    shapes = ((C, C), (C, 1), (C, 1), (1, 1))
-    if not isinstance(factors, (tuple, list)) or len(factors) != 4:
-        fail("factors_returned", "decay_factors returns a tuple of four arrays: (within "
-             "(C, C), since_start (C, 1), until_end (C, 1), across (1, 1)).")
-    factors = [np.asarray(x) for x in factors]
-    for name, yours, shape in zip(names, factors, shapes):
-        if yours.shape != shape:
-            fail("factor_shape", f"{name} should have shape {shape}, not {yours.shape}: "
-                 "sum with keepdims=True, so that a (C, 1) column scales the rows of q S "
-                 "and of k by broadcasting.", [("shape", f"{name}: expected {shape} · yours "
-                                                         f"{yours.shape}")])
+    factors = lesson.check_factors(factors, C)
     a = np.asarray(log_decay, np.float64)[:, 0]
 
     def factors_of(b):   # b: the cumulative log decay, (C,)
@@ -247,13 +181,8 @@ def test_gating_decay_factors(C, strength, rng):
 
     expected = factors_of(np.cumsum(a))
     exclusive = factors_of(np.cumsum(a) - a)
-    nan = np.isnan(factors[0])
-    if nan.any() and not nan[np.tri(C, dtype=bool)].any():   # inf * 0 above the diagonal
-        fail("decay_overflow", OVERFLOW_TIMES_ZERO, [
-            ("within", f"{int(nan.sum())} of the {C * (C - 1) // 2} entries above the "
-                       "diagonal are NaN, evaluated one operation at a time (as a TPU "
-                       "computes them, with no rewrite of the product into a select)")])
-    for name, yours in zip(names, factors):
+    lesson.check_within_masked(factors[0])
+    for name, yours in zip(("within", "since_start", "until_end", "across"), factors):
         check(yours, expected[name].astype(np.float32), name=name, tolerance=1e-3,
               likely={"decay_exclusive": exclusive[name].astype(np.float32)})
 
@@ -270,30 +199,54 @@ def test_gating_decay_factors(C, strength, rng):
 def test_gating(B, N, T, H, Hv, chunk, strength, rng):
     q, k, v = inputs(rng, B, N, T, H, Hv)
     log_decay, _ = gates(rng, B, N, T, strength=strength)
-    expected, wrong = expected_and_wrong(q, k, v, log_decay, chunk=chunk, dtype="float32")
+    expected, wrong = lesson.expected_and_wrong(q, k, v, log_decay, chunk=chunk, dtype="float32")
     ran = measure(linear.chunked_call, q, k, v, log_decay, kernel=linear.gated_kernel,
                   chunk=chunk, structure=chunked_structure(B, N, T, H, Hv, chunk, DECAYED,
                                                            per_token=1))
-    check_chunks_in_order(ran)
-    check_state_reset_once(ran)
-    check_state_read_in_float32(ran)
+    lesson.check_chunks_in_order(ran)
+    lesson.check_state_reset_once(ran)
+    lesson.check_state_read_in_float32(ran)
     check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=1e-4,
-          likely={"decay_twice": wrong(decay_twice=True),
-                  "decay_exclusive": wrong(exclusive=True),
-                  "state_not_decayed": wrong(across=False),
-                  "writes_not_decayed": wrong(until_end=False),
-                  "rows_not_decayed": wrong(since_start=False),
-                  "diagonal_excluded": wrong(causal="j<i"),
-                  "state_first": wrong(state_first=True),
-                  "state_dropped": wrong(carry=False)})
-    check_decay_masked(ran)
+          likely=lesson.gating_likely(wrong))
+    lesson.check_decay_masked(ran)
     if tpu_sized():
         return
-    check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk))
+    check_work(ran, flops=lesson.chunk_flops(B, N, T, H, Hv, chunk))
     lowers_for_tpu(ran)
 
 
 # 5 -------------------------------------------------------------------------
+def hidden_value(rng, B, N, T, H, Hv, log_decay, beta, *, chunk, share=0.8, scale=1000.0):
+    """bf16 q, k [B, N, T, H] and v [B, N, T, Hv] for the delta rule, with a state that
+    holds one large value which every prediction k S reads and no output q S sees.
+
+    One key direction d (all ones, normalised) carries a value of about `scale`: tokens 0
+    and 1 write it (key d, beta 1), and every later key has `share` of d and a value that
+    is that share of it, decayed as the state is, plus O(1) noise. The queries are
+    orthogonal to d. So k S is about `scale` for every key while the outputs are O(1): a
+    state rounded to bf16 (8 significant bits) before k S errs by about scale / 512 in
+    every prediction, and that error is written back along the keys, where q sees it.
+    Sets beta to 1 on tokens 0 and 1 and log_decay to 0 in the first chunk (in place), so
+    that the large writes are rounded only as the inputs are."""
+    beta[..., :2] = 1.0
+    if log_decay is not None:
+        log_decay[..., :chunk] = 0.0
+    d = np.ones(H) / np.sqrt(H)
+    noise = rng.normal((B, N, T, H), "float64")
+    noise -= noise.mean(axis=-1, keepdims=True)
+    noise /= np.linalg.norm(noise, axis=-1, keepdims=True)
+    k = share * d + np.sqrt(1 - share ** 2) * noise
+    k[:, :, :2] = d
+    q = rng.normal((B, N, T, H), "float64")
+    q -= q.mean(axis=-1, keepdims=True)
+    q, k = (x.astype(jnp.bfloat16) for x in (q, k))
+    decayed = 1.0 if log_decay is None else np.exp(
+        np.cumsum(np.asarray(log_decay, np.float64), axis=-1))
+    along_d = np.asarray(k, np.float64) @ d * decayed
+    v = rng.normal((B, N, T, Hv), "float64") + scale * along_d[..., None]
+    return q, k, v.astype(jnp.bfloat16)
+
+
 @puzzle("linear.delta_rule")
 @pytest.mark.parametrize("C, W", [pytest.param(16, 24, id="C=16 W=24")])
 def test_delta_rule_forward_substitution(C, W, rng):
@@ -302,19 +255,8 @@ def test_delta_rule_forward_substitution(C, W, rng):
     rhs = rng.normal((C, W))
     system = np.eye(C) + np.asarray(lower, np.float64)
     expected = np.linalg.solve(system, np.asarray(rhs, np.float64))
-
-    def last_row_unsolved():
-        return np.concatenate([expected[:-1], rhs[-1:]]).astype(np.float32)
-
-    def all_rows_changed():   # no jnp.where: step i subtracts lower_i @ u from every row
-        u = np.asarray(rhs, np.float64)
-        for i in range(C):
-            u = u - lower[i] @ u
-        return u.astype(np.float32)
-
     check(run_jax(linear.forward_substitution, lower, rhs), expected.astype(np.float32),
-          name="u", tolerance=1e-4, likely={"last_row_unsolved": last_row_unsolved,
-                                            "all_rows_changed": all_rows_changed})
+          name="u", tolerance=1e-4, likely=lesson.substitution_likely(lower, rhs, expected))
 
 
 @puzzle("linear.delta_rule")
@@ -334,17 +276,17 @@ def test_delta_rule(B, N, T, H, Hv, chunk, edges, dtype, rng):
         q, k, v = inputs(rng, B, N, T, H, Hv, normalised=True)
     else:
         q, k, v = hidden_value(rng, B, N, T, H, Hv, None, beta, chunk=chunk)
-    expected, wrong = expected_and_wrong(q, k, v, beta=beta, chunk=chunk, dtype=dtype)
+    expected, wrong = lesson.expected_and_wrong(q, k, v, beta=beta, chunk=chunk, dtype=dtype)
     ran = measure(linear.chunked_call, q, k, v, beta, kernel=linear.delta_kernel,
                   chunk=chunk, structure=chunked_structure(B, N, T, H, Hv, chunk, per_token=1))
-    check_chunks_in_order(ran)
-    check_state_reset_once(ran)
-    check_state_read_in_float32(ran)
+    lesson.check_chunks_in_order(ran)
+    lesson.check_state_reset_once(ran)
+    lesson.check_state_read_in_float32(ran)
     check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
-          tolerance=tolerance(dtype), likely=delta_likely(wrong))
+          tolerance=tolerance(dtype), likely=lesson.delta_likely(wrong))
     if tpu_sized():
         return
-    check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk, delta=True))
+    check_work(ran, flops=lesson.chunk_flops(B, N, T, H, Hv, chunk, delta=True))
     lowers_for_tpu(ran)
 
 
@@ -368,26 +310,21 @@ def test_gated_delta(B, N, T, H, Hv, chunk, strength, edges, dtype, rng):
         q, k, v = inputs(rng, B, N, T, H, Hv, normalised=True)
     else:
         q, k, v = hidden_value(rng, B, N, T, H, Hv, log_decay, beta, chunk=chunk)
-    expected, wrong = expected_and_wrong(q, k, v, log_decay, beta, chunk=chunk, dtype=dtype)
+    expected, wrong = lesson.expected_and_wrong(q, k, v, log_decay, beta, chunk=chunk, dtype=dtype)
     ran = measure(linear.chunked_call, q, k, v, beta, log_decay,
                   kernel=linear.gated_delta_kernel, chunk=chunk,
                   structure=chunked_structure(B, N, T, H, Hv, chunk, DECAYED, per_token=2))
-    check_chunks_in_order(ran)
-    check_state_reset_once(ran)
-    check_state_read_in_float32(ran)
+    lesson.check_chunks_in_order(ran)
+    lesson.check_state_reset_once(ran)
+    lesson.check_state_read_in_float32(ran)
     check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
           tolerance=tolerance(dtype),
-          likely={"undecayed_solve": wrong(solve="undecayed"),
-                  "erase_undecayed": wrong(erase="undecayed"),
-                  "decay_twice": wrong(decay_twice=True),
-                  # beta_ref and log_decay_ref taken in the other order
-                  "gates_swapped": lambda: chunkwise(q, k, v, beta, log_decay,
-                                                     chunk=chunk).astype(dtype),
-                  **delta_likely(wrong)})
-    check_decay_masked(ran)
+          likely=lesson.gated_delta_likely(wrong, q, k, v, log_decay, beta, chunk=chunk,
+                                           dtype=dtype))
+    lesson.check_decay_masked(ran)
     if tpu_sized():
         return
-    check_work(ran, flops=chunk_flops(B, N, T, H, Hv, chunk, delta=True))
+    check_work(ran, flops=lesson.chunk_flops(B, N, T, H, Hv, chunk, delta=True))
     lowers_for_tpu(ran)
 
 
@@ -425,28 +362,14 @@ def test_api(B, N, T, H, Hv, chunk, dtype, names, rng):
               "gated_delta_rule": dict(log_decay=log_decay, beta=beta)}
     for name, yours in zip(names, ran.output):
         gate = gating[name]
-
-        def shifted(gate=gate):   # padded in front: every output comes `pad` tokens late
-            pad = -T % min(chunk, -(-T // 8) * 8)
-            front = [np.pad(x, ((0, 0), (0, 0), (pad, 0), (0, 0))) for x in (q, k, v)]
-            padded = {key: np.pad(x, ((0, 0), (0, 0), (pad, 0))) for key, x in gate.items()}
-            return recurrence(*front, **padded)[:, :, :T].astype(dtype)
-
-        likely = {"padded_in_front": shifted}
-        if len(gate) == 2:   # beta and log_decay handed to the kernel in the other order
-            likely["gates_swapped"] = lambda: recurrence(
-                q, k, v, log_decay=beta, beta=log_decay).astype(dtype)
         check(yours, recurrence(q, k, v, **gate).astype(dtype), name=name,
               blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=tolerance(dtype),
-              likely=likely)
+              likely=lesson.api_likely(q, k, v, gate, T=T, chunk=chunk, dtype=dtype))
     if tpu_sized():
         return
     # A chunk longer than the sequence shrinks to it, rounded up to 8 rows.
-    check_chunk_rounded(ran, T=T, chunk=chunk)
-    C = min(chunk, -(-T // 8) * 8)
-    padded = -(-T // C) * C
-    check_work(ran, flops=sum(chunk_flops(B, N, padded, H, Hv, C, delta="delta" in name)
-                              for name in names))
+    lesson.check_chunk_rounded(ran, T=T, chunk=chunk)
+    check_work(ran, flops=lesson.api_flops(B, N, T, H, Hv, chunk, names))
     lowers_for_tpu(ran)
 
 
@@ -467,21 +390,4 @@ def test_api_checks_its_arguments(bad, rng):
         beta = beta[:, :, 0]
     else:
         chunk = 12
-    called = f"delta_rule(q {q.shape}, k {k.shape}, v {v.shape}, beta {beta.shape}, chunk={chunk})"
-    try:
-        jax.eval_shape(functools.partial(linear.delta_rule, chunk=chunk), q, k, v, beta)
-    except ValueError as error:
-        if bad not in str(error):
-            fail("argument_check", f"{called} raised a ValueError that does not name "
-                 f"{bad}: say which argument is wrong.", [("called", called),
-                                                         ("raised", str(error)[:200])])
-        return
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        fail("argument_check", f"{called} should raise a ValueError that names {bad} before "
-             "any kernel is built; it failed later, inside JAX.",
-             [("called", called),
-              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
-    fail("argument_check", f"{called} should raise a ValueError that names {bad}; it raised "
-         "nothing.", [("called", called), ("raised", "nothing")])
+    lesson.check_names_bad_argument(linear.delta_rule, q, k, v, beta, chunk=chunk, bad=bad)

@@ -138,9 +138,10 @@ def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
     expected = softmax64(x)
     check(ran, expected.astype(dtype), blocks=(block_rows, block_cols), axes="R C",
           tolerance=None if dtype == "float32" else 1e-2,
-          likely={"l_not_rescaled": lambda: lesson.online64(x, block_cols, rescale=False).astype(dtype),
-                  "last_block_statistics": lambda: lesson.online64(x, block_cols,
-                                                            reset=True).astype(dtype)})
+          likely={"l_not_rescaled": lambda: lesson.online64(
+                      x, block_cols, rescale=False).astype(dtype),
+                  "last_block_statistics": lambda: lesson.online64(
+                      x, block_cols, reset=True).astype(dtype)})
     if dtype == "bfloat16":
         lesson.check_rounded_once(ran.output, expected)
     if tpu_sized():

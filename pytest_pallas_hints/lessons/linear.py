@@ -1,26 +1,35 @@
 """The linear chapter's lesson machinery: what exercises/test_linear.py knows about
 linear attention's recurrences beyond the right answers.
 
-* The recurrence, token by token in float64 NumPy (``recurrence``), and the kernels'
-  chunk-by-chunk form (``chunkwise``), each with flags that make the chapter's known
-  near-misses; ``expected_and_wrong`` and ``delta_likely`` hand them to
-  ``check(..., likely=...)``.
-* Budgets: the dot flops of the chunked kernels (``chunk_flops``) and of the O(T^2)
-  way (``quadratic_flops``); each input read once (``check_moves_once``).
-* Checks that word a learner's sentence from the kernels' program: the chunk axis in
-  order (``check_chunks_in_order``), the chunk rounded to whole tiles
-  (``check_chunk_rounded``), and three read from a kernel's jaxpr by a small forward
-  label propagation (``_labelled``): no exp of an unbounded exponent times a 0/1 mask
-  (``check_decay_masked``), no matmul reading the state rounded to bf16
+* The recurrence, token by token in float64 NumPy (``recurrence``: the right answer
+  every test compares with), and the kernels' chunk-by-chunk form (``chunkwise``),
+  each with flags that make the chapter's known near-misses; the ``*_likely``
+  functions (and ``expected_and_wrong``) hand those to ``check(..., likely=...)``.
+* Budgets: the dot flops of the chunked kernels (``chunk_flops``, ``intra_flops``,
+  ``api_flops``) and of the O(T^2) way (``quadratic_flops``), a chunked kernel's VMEM
+  (``chunked_vmem``), each input read once (``check_moves_once``).
+* Checks that word a learner's sentence: the chunk axis in order
+  (``check_chunks_in_order``), the chunk rounded to whole tiles
+  (``check_chunk_rounded``), decay_factors' outputs (``check_factors``,
+  ``check_within_masked``), a bad argument named (``check_names_bad_argument``).
+* Three checks read from a kernel's jaxpr by a small forward label propagation
+  (``_labelled``, through ``jaxcompat``): no exp of an unbounded exponent times a 0/1
+  mask (``check_decay_masked``), no matmul reading the state rounded to bf16
   (``check_state_read_in_float32``), the state zeroed under pl.when only
-  (``check_state_reset_once``).
+  (``check_state_reset_once``). They walk the jaxpr themselves, moved here as the test
+  file had them; they are to move onto jaxcompat's view of a program's control flow.
 """
+import functools
+
+import jax
 import jax.numpy as jnp
 
 from .. import jaxcompat
 from ..checking import check_traffic, fail
 from ..frozen import np
 
+
+# --- the recurrence in float64 NumPy, and its known near-misses ------------------
 
 def recurrence(q, k, v, log_decay=None, beta=None, *, read_first=False,
                decay_after_write=False, erase_undecayed=False, beta_on_keys=False):
@@ -150,6 +159,74 @@ def expected_and_wrong(q, k, v, log_decay=None, beta=None, *, chunk, dtype):
     return expected, wrong
 
 
+# --- known near-misses, as likely= dicts -------------------------------------------
+
+def recurrent_likely(q, k, v, log_decay, beta, dtype):
+    """The recurrence's near-misses (puzzle 1): o_t read before the update, the decay
+    applied after the write, the erase reading the undecayed state, beta on k only."""
+
+    def wrong(**flags):
+        return lambda: recurrence(q, k, v, log_decay, beta, **flags).astype(dtype)
+
+    return {"read_first": wrong(read_first=True),
+            "decay_after_write": wrong(decay_after_write=True),
+            "erase_undecayed": wrong(erase_undecayed=True),
+            "beta_on_keys": wrong(beta_on_keys=True)}
+
+
+def intra_likely(q, k, v, *, chunk, dtype):
+    """The intra-chunk kernel's near-misses (puzzle 2): the future seen, the diagonal
+    left out, the state carried from chunk to chunk (the whole recurrence)."""
+
+    def within(**flags):   # every chunk on its own: no state between chunks
+        return lambda: chunkwise(q, k, v, chunk=chunk, carry=False, **flags).astype(dtype)
+
+    return {"future_visible": within(causal="all"),
+            "diagonal_excluded": within(causal="j<i"),
+            "state_carried": lambda: recurrence(q, k, v).astype(dtype)}
+
+
+def chunked_likely(wrong):
+    """The chunked kernel's near-misses (puzzle 3), from ``expected_and_wrong``'s wrong."""
+    return {"state_first": wrong(state_first=True),
+            "state_dropped": wrong(carry=False),
+            "future_visible": wrong(causal="all"),
+            "diagonal_excluded": wrong(causal="j<i"),
+            "state_across_heads": wrong(reset_per_head=False),
+            "state_read_in_bf16": wrong(read_bf16=True),
+            "state_in_bf16": wrong(state_bf16=True)}
+
+
+def gating_likely(wrong):
+    """The gated kernel's near-misses (puzzle 4): each decay factor left out or taken
+    twice, the own step left out of b, the diagonal left out, the state misused."""
+    return {"decay_twice": wrong(decay_twice=True),
+            "decay_exclusive": wrong(exclusive=True),
+            "state_not_decayed": wrong(across=False),
+            "writes_not_decayed": wrong(until_end=False),
+            "rows_not_decayed": wrong(since_start=False),
+            "diagonal_excluded": wrong(causal="j<i"),
+            "state_first": wrong(state_first=True),
+            "state_dropped": wrong(carry=False)}
+
+
+def substitution_likely(lower, rhs, expected):
+    """forward_substitution's near-misses: the last row left unsolved, and every row
+    changed at every step (no jnp.where)."""
+    C = len(lower)
+
+    def last_row_unsolved():
+        return np.concatenate([expected[:-1], rhs[-1:]]).astype(np.float32)
+
+    def all_rows_changed():   # no jnp.where: step i subtracts lower_i @ u from every row
+        u = np.asarray(rhs, np.float64)
+        for i in range(C):
+            u = u - lower[i] @ u
+        return u.astype(np.float32)
+
+    return {"last_row_unsolved": last_row_unsolved, "all_rows_changed": all_rows_changed}
+
+
 def delta_likely(wrong):
     """The known near-misses of the delta rule's kernels (puzzles 5 and 6)."""
     return {"solve_diagonal": wrong(solve="j<=i"),
@@ -164,6 +241,38 @@ def delta_likely(wrong):
             "prediction_in_bf16": wrong(predict_bf16=True),
             "state_read_in_bf16": wrong(read_bf16=True)}
 
+
+def gated_delta_likely(wrong, q, k, v, log_decay, beta, *, chunk, dtype):
+    """The gated delta rule's near-misses (puzzle 6): the delta rule's, the system or
+    the erase without the decay, the decay taken twice, the gates swapped."""
+    return {"undecayed_solve": wrong(solve="undecayed"),
+            "erase_undecayed": wrong(erase="undecayed"),
+            "decay_twice": wrong(decay_twice=True),
+            # beta_ref and log_decay_ref taken in the other order
+            "gates_swapped": lambda: chunkwise(q, k, v, beta, log_decay,
+                                               chunk=chunk).astype(dtype),
+            **delta_likely(wrong)}
+
+
+def api_likely(q, k, v, gate, *, T, chunk, dtype):
+    """A public function's near-misses (puzzle 7), for its gates ``gate`` ({} or
+    log_decay and/or beta): T padded in front instead of at the end, and (with both
+    gates) beta and log_decay handed to the kernel in the other order."""
+
+    def shifted(gate=gate):   # padded in front: every output comes `pad` tokens late
+        pad = -T % min(chunk, -(-T // 8) * 8)
+        front = [np.pad(x, ((0, 0), (0, 0), (pad, 0), (0, 0))) for x in (q, k, v)]
+        padded = {key: np.pad(x, ((0, 0), (0, 0), (pad, 0))) for key, x in gate.items()}
+        return recurrence(*front, **padded)[:, :, :T].astype(dtype)
+
+    likely = {"padded_in_front": shifted}
+    if len(gate) == 2:   # beta and log_decay handed to the kernel in the other order
+        likely["gates_swapped"] = lambda: recurrence(
+            q, k, v, log_decay=gate["beta"], beta=gate["log_decay"]).astype(dtype)
+    return likely
+
+
+# --- budgets: dot work, bytes and VMEM ---------------------------------------------
 
 def chunk_flops(B, N, T, H, Hv, chunk, *, delta=False):
     """The dots of the chunked kernels, per chunk: scores q k^T (C x C x H), scores @ v
@@ -182,18 +291,31 @@ def quadratic_flops(B, N, T, H, Hv, chunk):
     return B * N * sum(2 * chunk * (c + 1) * chunk * (H + Hv) for c in range(chunks))
 
 
-def check_chunks_in_order(ran):
-    """The chunk axis (the grid's last) carries the state: it must be "arbitrary"."""
-    for site in ran.program.sites:
-        call = site.call
-        if len(call.semantics) == len(call.grid) and call.grid[-1] > 1 \
-                and call.semantics[-1] != "arbitrary":
-            fail("parallel_chunks", (
-                f"the chunk axis of {call.name}() is marked \"{call.semantics[-1]}\": a TPU "
-                "with two cores splits a \"parallel\" axis between them, and the second "
-                "core would start its half of the chunks from an empty state. The state "
-                "carries chunk c into chunk c + 1: mark that axis \"arbitrary\"."),
-                [("semantics", f"{call.name}(): {call.semantics}, grid {call.grid}")])
+def intra_flops(B, N, T, H, Hv, chunk):
+    """The dots of the intra-chunk kernel: per chunk, the scores q k^T (C x C x H) and
+    scores @ v (C x C x Hv); nothing between chunks."""
+    return B * N * (T // chunk) * 2 * chunk * chunk * (H + Hv)
+
+
+def api_chunk(T, chunk):
+    """The chunk the public functions run with: a chunk longer than the sequence shrinks
+    to it, rounded up to 8 rows."""
+    return min(chunk, -(-T // 8) * 8)
+
+
+def api_flops(B, N, T, H, Hv, chunk, names):
+    """The dots of the public functions ``names`` on one set of inputs: T padded to a
+    whole number of chunks (``api_chunk``), the delta rule's extra dots for those named
+    delta."""
+    C = api_chunk(T, chunk)
+    padded = -(-T // C) * C
+    return sum(chunk_flops(B, N, padded, H, Hv, C, delta="delta" in name) for name in names)
+
+
+def chunked_vmem(chunk, H, Hv, itemsize):
+    """VMEM of a chunked kernel: one chunk of q, k, v and o (two buffers each) and one
+    [H, Hv] float32 state."""
+    return 2 * (2 * chunk * H + 2 * chunk * Hv) * itemsize + H * Hv * 4
 
 
 def check_moves_once(ran, *arrays, out_bytes):
@@ -211,6 +333,95 @@ def check_moves_once(ran, *arrays, out_bytes):
     check_traffic(ran, reference=needed, minimum=needed)
 
 
+# --- checks that word a learner's sentence ------------------------------------------
+
+def check_chunks_in_order(ran):
+    """The chunk axis (the grid's last) carries the state: it must be "arbitrary"."""
+    for site in ran.program.sites:
+        call = site.call
+        if len(call.semantics) == len(call.grid) and call.grid[-1] > 1 \
+                and call.semantics[-1] != "arbitrary":
+            fail("parallel_chunks", (
+                f"the chunk axis of {call.name}() is marked \"{call.semantics[-1]}\": a TPU "
+                "with two cores splits a \"parallel\" axis between them, and the second "
+                "core would start its half of the chunks from an empty state. The state "
+                "carries chunk c into chunk c + 1: mark that axis \"arbitrary\"."),
+                [("semantics", f"{call.name}(): {call.semantics}, grid {call.grid}")])
+
+
+def check_chunk_rounded(ran, *, T, chunk):
+    """A chunk longer than the sequence shrinks to T rounded up to a multiple of 8."""
+    C = min(chunk, -(-T // 8) * 8)
+    for site in ran.program.sites:
+        shape = site.call.blocks[0].block_shape
+        rows = shape[-2] if len(shape) >= 2 else None
+        if rows is not None and rows != C and rows % 8:
+            fail("chunk_not_rounded", (
+                f"{site.call.name}() ran with chunks of {rows} rows: a chunk longer than the "
+                f"sequence shrinks to T rounded up to a multiple of 8 ({C} here), not to T "
+                "itself, and T is padded with zeros up to it. The values are right, and a "
+                "block as long as the whole T is legal; but a TPU lays VMEM out in tiles of "
+                "8 rows, so a shorter block takes a whole tile anyway, and this puzzle's "
+                "kernels work on whole tiles."),
+                [("chunk", f"{site.call.name}(): yours {rows} rows · the puzzle's {C} "
+                           f"(T={T}, chunk={chunk})")])
+
+
+def check_factors(factors, C):
+    """decay_factors returned four arrays of the shapes (within (C, C), since_start
+    (C, 1), until_end (C, 1), across (1, 1)); returns them as NumPy arrays."""
+    names = ("within", "since_start", "until_end", "across")
+    shapes = ((C, C), (C, 1), (C, 1), (1, 1))
+    if not isinstance(factors, (tuple, list)) or len(factors) != 4:
+        fail("factors_returned", "decay_factors returns a tuple of four arrays: (within "
+             "(C, C), since_start (C, 1), until_end (C, 1), across (1, 1)).")
+    factors = [np.asarray(x) for x in factors]
+    for name, yours, shape in zip(names, factors, shapes):
+        if yours.shape != shape:
+            fail("factor_shape", f"{name} should have shape {shape}, not {yours.shape}: "
+                 "sum with keepdims=True, so that a (C, 1) column scales the rows of q S "
+                 "and of k by broadcasting.", [("shape", f"{name}: expected {shape} · yours "
+                                                         f"{yours.shape}")])
+    return factors
+
+
+def check_within_masked(within):
+    """No NaN above the diagonal of within, evaluated one operation at a time: an exp
+    that overflowed, times a 0/1 mask."""
+    C = len(within)
+    nan = np.isnan(within)
+    if nan.any() and not nan[np.tri(C, dtype=bool)].any():   # inf * 0 above the diagonal
+        fail("decay_overflow", OVERFLOW_TIMES_ZERO, [
+            ("within", f"{int(nan.sum())} of the {C * (C - 1) // 2} entries above the "
+                       "diagonal are NaN, evaluated one operation at a time (as a TPU "
+                       "computes them, with no rewrite of the product into a select)")])
+
+
+def check_names_bad_argument(function, q, k, v, beta, *, chunk, bad):
+    """function(q, k, v, beta, chunk=chunk), with the argument ``bad`` wrong, raises a
+    ValueError naming it before any kernel is built (traced, not run)."""
+    called = f"delta_rule(q {q.shape}, k {k.shape}, v {v.shape}, beta {beta.shape}, chunk={chunk})"
+    try:
+        jax.eval_shape(functools.partial(function, chunk=chunk), q, k, v, beta)
+    except ValueError as error:
+        if bad not in str(error):
+            fail("argument_check", f"{called} raised a ValueError that does not name "
+                 f"{bad}: say which argument is wrong.", [("called", called),
+                                                         ("raised", str(error)[:200])])
+        return
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail("argument_check", f"{called} should raise a ValueError that names {bad} before "
+             "any kernel is built; it failed later, inside JAX.",
+             [("called", called),
+              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+    fail("argument_check", f"{called} should raise a ValueError that names {bad}; it raised "
+         "nothing.", [("called", called), ("raised", "nothing")])
+
+
+# --- read from your kernel's program: what the values on a CPU cannot show --------
+
 OVERFLOW_TIMES_ZERO = (
     "exp before masking: above the diagonal b_i - b_j > 0, so with strong decay exp(b_i - "
     "b_j) overflows to inf there, and a 0/1 mask times inf is NaN on a TPU. XLA on CPU turns "
@@ -218,8 +429,6 @@ OVERFLOW_TIMES_ZERO = (
     "the mask from your program. Mask the exponent first, then exp: "
     "jnp.exp(jnp.where(col <= row, b - b_row, -jnp.inf)); exp(-inf) is 0.")
 
-
-# --- read from your kernel's program: what the values on a CPU cannot show --------
 
 def _labelled(jaxpr, rule, labels=()):
     """Labels every value of `jaxpr` forward, from the labels of its inputs: `rule(eqn,
@@ -371,22 +580,3 @@ def check_state_reset_once(ran):
                                 f"shape {eqn.invars[0].aval.shape} at every grid step")]
                     + [("at", line) for line in _chapter_line(eqn)])
             used.update(refs)
-
-
-def check_chunk_rounded(ran, *, T, chunk):
-    """A chunk longer than the sequence shrinks to T rounded up to a multiple of 8."""
-    C = min(chunk, -(-T // 8) * 8)
-    for site in ran.program.sites:
-        shape = site.call.blocks[0].block_shape
-        rows = shape[-2] if len(shape) >= 2 else None
-        if rows is not None and rows != C and rows % 8:
-            fail("chunk_not_rounded", (
-                f"{site.call.name}() ran with chunks of {rows} rows: a chunk longer than the "
-                f"sequence shrinks to T rounded up to a multiple of 8 ({C} here), not to T "
-                "itself, and T is padded with zeros up to it. The values are right, and a "
-                "block as long as the whole T is legal; but a TPU lays VMEM out in tiles of "
-                "8 rows, so a shorter block takes a whole tile anyway, and this puzzle's "
-                "kernels work on whole tiles."),
-                [("chunk", f"{site.call.name}(): yours {rows} rows · the puzzle's {C} "
-                           f"(T={T}, chunk={chunk})")])
-
