@@ -22,17 +22,14 @@ its values must be the exact one rounded once: what float32 until the store give
 The differentiable puzzles also check what the forward saves for the backward, and
 that the chapter's functions refuse bad arguments with a ValueError naming them.
 """
-import functools
-import math
-import re
-
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_vmem,
-                                 check_work, fail, lowers_for_tpu, measure)
+from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_blocks, check_rejects,
+                                 check_traffic, check_vmem, check_work, lowers_for_tpu, measure,
+                                 tpu_sized)
+from pytest_pallas_hints.lessons import norms as lesson
 
 norms = chapter("norms")
 
@@ -47,50 +44,57 @@ NORM = Structure(inside={"reduce_sum"})
 XENT = Structure(inside={"dot_general", "reduce_max", "exp"})
 
 
-def cdiv(a, b):
-    return -(-a // b)
-
-
-def is_tpu_size(*dims):
-    return math.prod(dims) > 2 ** 24
-
-
-def f64(*arrays):
-    return [np.asarray(a, np.float64) for a in arrays]
-
-
-def lane_statistics(block_rows):
-    """VMEM a kernel may spend on per-row statistics: two (block_rows, 128) float32
-    buffers (one float per row, or a row of 128 lanes as TPU kernels often keep)."""
-    return 2 * block_rows * 128 * 4
-
-
 # --- the expected values, in float64 NumPy -----------------------------------------
 
 def softmax64(x):
-    x, = f64(x)
+    x, = lesson.f64(x)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
 
 
-def online64(x, block_cols, *, rescale=True, reset=False):
-    """softmax from the running max and sum taken column block by column block:
-    rescale=False leaves l unrescaled when the max moves; reset=True keeps only the
-    last block's statistics."""
-    x, = f64(x)
-    m = np.full((x.shape[0], 1), -np.inf)
-    l = np.zeros_like(m)
-    for start in range(0, x.shape[1], block_cols):
-        block = x[:, start:start + block_cols]
-        if reset:
-            m, l = np.full_like(m, -np.inf), np.zeros_like(l)
-        m_new = np.maximum(m, block.max(axis=1, keepdims=True))
-        l = (np.exp(m - m_new) if rescale else 1) * l + np.exp(block - m_new).sum(axis=1,
-                                                                              keepdims=True)
-        m = m_new
-    return np.exp(x - m) / l
+def rms64(x, scale, dy, eps):
+    """y, dx, dscale of RMSNorm, and the pieces the likely wrong answers need."""
+    x, scale, dy = lesson.f64(x, scale, dy)
+    ms = (x * x).mean(axis=1, keepdims=True)
+    inv_rms = 1 / np.sqrt(ms + eps)
+    x_hat = x * inv_rms
+    g = dy * scale
+    dx = inv_rms * (g - x_hat * (g * x_hat).mean(axis=1, keepdims=True))
+    return dict(y=x_hat * scale, inv_rms=inv_rms, dx=dx, dscale=(dy * x_hat).sum(axis=0),
+                ms=ms, g=g, x_hat=x_hat)
 
 
+# 1 -------------------------------------------------------------------------
+@puzzle("norms.row_softmax")
+@pytest.mark.parametrize("R, C, block_rows, dtype, scale", [
+    pytest.param(17, 384, 8, "float32", 100.0,
+                 id="R=17 C=384 block_rows=8 logits up to ~400 (the last block 1 row)"),
+    pytest.param(16, 1000, 16, "bfloat16", 3.0,
+                 id="R=16 C=1000 block_rows=16 bf16 (one block, C not a multiple of 128)"),
+    pytest.param(4096, 8192, 16, "bfloat16", 3.0, id="R=4096 C=8192 bf16-tpu", marks=on_tpu),
+])
+def test_row_softmax(R, C, block_rows, dtype, scale, rng):
+    x = rng.normal((R, C), dtype, scale=scale)
+    ran = measure(norms.softmax_rows, x, block_rows=block_rows,
+                  structure=SOFTMAX.where(grid=(cdiv(R, block_rows),)))
+    check_blocks(ran, x=(block_rows, C))
+    expected = softmax64(x)
+
+    def unnormalised():
+        x64, = lesson.f64(x)
+        return np.exp(x64 - x64.max(axis=1, keepdims=True)).astype(dtype)
+
+    check(ran, expected.astype(dtype), blocks=(block_rows, None), axes="R C",
+          likely={"unnormalised": unnormalised})
+    if dtype == "bfloat16":
+        lesson.check_rounded_once(ran.output, expected)
+    if tpu_sized():
+        return
+    check_traffic(ran, reference=2 * x.nbytes, minimum=2 * x.nbytes)
+    lowers_for_tpu(ran)
+
+
+# 2 -------------------------------------------------------------------------
 def long_tail(rng, R, C, block_cols, dtype):
     """Rows whose mass sits in one of the first three column blocks (zeros, and one
     column per row between 0.1 and 0.4, the row's max: a block sum near 100, not a
@@ -108,219 +112,6 @@ def long_tail(rng, R, C, block_cols, dtype):
     return x.astype(jnp.dtype(dtype))
 
 
-def rms64(x, scale, dy, eps):
-    """y, dx, dscale of RMSNorm, and the pieces the likely wrong answers need."""
-    x, scale, dy = f64(x, scale, dy)
-    ms = (x * x).mean(axis=1, keepdims=True)
-    inv_rms = 1 / np.sqrt(ms + eps)
-    x_hat = x * inv_rms
-    g = dy * scale
-    dx = inv_rms * (g - x_hat * (g * x_hat).mean(axis=1, keepdims=True))
-    return dict(y=x_hat * scale, inv_rms=inv_rms, dx=dx, dscale=(dy * x_hat).sum(axis=0),
-                ms=ms, g=g, x_hat=x_hat)
-
-
-def layer_norm64(x, scale, bias, dy, eps, *, ddof=0):
-    x, scale, bias, dy = f64(x, scale, bias, dy)
-    mean = x.mean(axis=1, keepdims=True)
-    var = ((x - mean) ** 2).sum(axis=1, keepdims=True) / (x.shape[1] - ddof)
-    rstd = 1 / np.sqrt(var + eps)
-    x_hat = (x - mean) * rstd
-    g = dy * scale
-    dx = rstd * (g - g.mean(axis=1, keepdims=True) - x_hat * (g * x_hat).mean(axis=1,
-                                                                               keepdims=True))
-    return dict(y=x_hat * scale + bias, dx=dx, dscale=(dy * x_hat).sum(axis=0),
-                dbias=dy.sum(axis=0), mean=mean, rstd=rstd, x_hat=x_hat, g=g)
-
-
-def xent64(h, w, labels, dloss=None, *, blocks=None):
-    """loss [T], lse [T] and, with dloss, dh and dw of cross_entropy, in float64.
-    blocks=(first, stop): the statistics of vocabulary columns [first, stop) only (a
-    logsumexp over one block; the label's logit counts only if it lies there)."""
-    h, w = f64(h, w)
-    logits = h @ w
-    T = len(labels)
-    picked = logits[np.arange(T), labels]
-    if blocks is not None:
-        first, stop = blocks
-        logits = logits[:, first:stop]
-        picked = np.where((labels >= first) & (labels < stop), picked, 0.0)
-    m = logits.max(axis=1, keepdims=True)
-    lse = m[:, 0] + np.log(np.exp(logits - m).sum(axis=1))
-    out = dict(loss=lse - picked, lse=lse)
-    if dloss is not None:
-        dlogits = np.exp(logits - lse[:, None])
-        out["no_label_term"] = dlogits * np.asarray(dloss, np.float64)[:, None]
-        dlogits[np.arange(T), labels] -= 1
-        out["undirected"] = dlogits
-        dlogits = dlogits * np.asarray(dloss, np.float64)[:, None]
-        out.update(dh=dlogits @ w.T, dw=h.T @ dlogits, dlogits=dlogits)
-    return out
-
-
-def check_blocks(ran, array, shape, name):
-    """Every kernel operand that is `array` (found by identity: the argument itself, or a
-    value of its shape computed from it, as y from x) moves in blocks of `shape`."""
-    for block in ran.blocks_from(array):
-        if tuple(block.array_shape) == array.shape and tuple(block.block_shape) != shape:
-            fail("blocks_shape", (
-                f"{name} reaches your kernel in blocks of {tuple(block.block_shape)}, the "
-                f"puzzle's are {shape}: the BlockSpec's block shape decides what one grid step "
-                "sees."), [("blocks", f"{block.name}: expected {shape} · yours "
-                                      f"{tuple(block.block_shape)}")])
-
-
-def check_rounded_once(yours, expected, name="output"):
-    """A bfloat16 output computed in float32 and cast once, at the store, is the exact
-    value rounded once: within half a bf16 step, 2^-8 of each value (0.39%). A
-    statistic or a product kept in bf16 rounds several times on the way, and many
-    values land a step or more away: too small for the value check, which allows 2% of
-    the largest value, but the lesson is float32 until the store."""
-    y, e = f64(yours, expected)
-    off = np.abs(y - e) > 2.0 ** -8 * 1.05 * np.abs(e)
-    if off.any():
-        worst = float(np.max(np.abs(y - e)[off] / np.abs(e)[off]))
-        fail("rounded_twice", (
-            f"your {name} is bfloat16 rounded more than once: {int(off.sum())} of {off.size} "
-            "values are further from the exact value than one rounding allows. Some "
-            "intermediate value was bfloat16: compute in float32 (cast the block when you "
-            "read it) and cast once, when you store."),
-            [("rounding", f"largest error {worst:.2%} of the value · one rounding to bf16: "
-                          "at most 0.39%")], name=name)
-
-
-def check_rejects(function, cases):
-    """Each case (why, args, static, names) must raise a ValueError that names one of
-    ``names`` (the argument at fault), before any kernel is built: traced, not run."""
-    name = function.__name__
-    for why, args, static, names in cases:
-        def describe(value):
-            if isinstance(value, np.ndarray):
-                return f"{value.shape} {value.dtype}"
-            return repr(value)
-
-        shown = ", ".join([*map(describe, args),
-                           *(f"{k}={describe(v)}" for k, v in static.items())])
-        try:
-            jax.eval_shape(functools.partial(function, **static), *args)
-        except ValueError as error:
-            if any(re.search(rf"\b{n}\b", str(error)) for n in names):
-                continue
-            fail("bad_arguments", (
-                f"{name}({shown}) raised a ValueError that does not name "
-                f"{' or '.join(names)}. Check the arguments first ({why}) and say in the "
-                "message which one is wrong."),
-                [("raised", str(error).splitlines()[0][:200])])
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            fail("bad_arguments", (
-                f"{name}({shown}) should raise a ValueError naming {' or '.join(names)} "
-                f"before any kernel is built ({why}); it failed later, inside JAX or your "
-                "kernels, with another error."),
-                [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
-        else:
-            fail("bad_arguments", (
-                f"{name}({shown}) should raise a ValueError naming {' or '.join(names)} "
-                f"({why}); it raised nothing."), [("call", f"{name}({shown})")])
-
-
-def check_alone(function, *args, like, **static):
-    """function(*args) called without jax.grad runs the custom_vjp's own function, which
-    the gradient tests never reach (jax.vjp runs the forward rule): traced here, not run,
-    it must return an array of like's shape and dtype."""
-    name = getattr(function, "__name__", "the function")
-    try:
-        alone = jax.eval_shape(functools.partial(function, **static), *args)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        fail("alone", f"{name}() called without jax.grad fails while it is traced.",
-             [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
-    if getattr(alone, "shape", None) != like.shape or getattr(alone, "dtype", None) != like.dtype:
-        fail("alone", (
-            f"{name}() called without jax.grad returns something else than under jax.grad: "
-            "the function decorated with @jax.custom_vjp must return the output alone, as "
-            "its forward rule's first element."),
-            [("alone", f"expected {like.shape} {np.dtype(like.dtype).name} · yours "
-                       f"{jax.tree_util.tree_map(lambda a: (a.shape, a.dtype.name), alone)}")])
-
-
-class Saved:
-    """What a custom_vjp's forward rule kept for its backward (its residuals), as
-    with_grads saw them while it was traced: (shape, dtype) per array."""
-
-    def __init__(self):
-        self.arrays = []
-
-    def check(self, *, rows, most, why):
-        """At most ``most`` of the saved arrays have ``rows`` elements or more: the
-        lesson is that the forward saves what the backward cannot cheaply recompute."""
-        big = [(shape, dtype) for shape, dtype in self.arrays if math.prod(shape) >= rows]
-        if len(big) > most:
-            shown = ", ".join(f"{shape} {np.dtype(dtype).name}" for shape, dtype in self.arrays)
-            fail("residuals", (
-                f"your forward rule saves {len(big)} arrays as large as the input for the "
-                f"backward, where the puzzle's saves {most}: {why}"),
-                [("saved", f"the residuals: {shown}")])
-
-
-def with_grads(*args, function, saved=None, **static):
-    """function(*primals) and its gradients, for args = (*primals, cotangent): the
-    cotangent is an argument like the others, an input of the measured program.
-    saved: a Saved, told what the forward rule kept for the backward."""
-    *primals, cotangent = args
-    out, vjp = jax.vjp(functools.partial(function, **static), *primals)
-    if saved is not None:   # jax.vjp's function holds the residuals, and nothing else
-        saved.arrays += [(tuple(leaf.shape), leaf.dtype) for leaf in
-                         jax.tree_util.tree_leaves(vjp) if hasattr(leaf, "shape")]
-    try:
-        grads = vjp(cotangent)
-    except TypeError as error:
-        if "Custom VJP bwd rule" not in str(error):
-            raise
-        trees = re.search(r"output structure (PyTreeDef\(.*?\)) for primal input "
-                          r"structure (PyTreeDef\(.*\))", str(error))
-        facts = ([("returned", f"{trees[1]} · the function's inputs {trees[2]}")] if trees
-                 else [("raised", str(error).splitlines()[0][:200])])
-        fail("vjp_structure", (
-            "the backward rule of your custom_vjp function must return a tuple with one "
-            "entry per input of the function, in their order (None for an input that has "
-            "no gradient, such as integers), and it returns something else."), facts)
-    return (out, *grads)
-
-
-# 1 -------------------------------------------------------------------------
-@puzzle("norms.row_softmax")
-@pytest.mark.parametrize("R, C, block_rows, dtype, scale", [
-    pytest.param(17, 384, 8, "float32", 100.0,
-                 id="R=17 C=384 block_rows=8 logits up to ~400 (the last block 1 row)"),
-    pytest.param(16, 1000, 16, "bfloat16", 3.0,
-                 id="R=16 C=1000 block_rows=16 bf16 (one block, C not a multiple of 128)"),
-    pytest.param(4096, 8192, 16, "bfloat16", 3.0, id="R=4096 C=8192 bf16-tpu", marks=on_tpu),
-])
-def test_row_softmax(R, C, block_rows, dtype, scale, rng):
-    x = rng.normal((R, C), dtype, scale=scale)
-    ran = measure(norms.softmax_rows, x, block_rows=block_rows,
-                  structure=SOFTMAX.where(grid=(cdiv(R, block_rows),)))
-    check_blocks(ran, x, (block_rows, C), "x")
-    expected = softmax64(x)
-
-    def unnormalised():
-        x64, = f64(x)
-        return np.exp(x64 - x64.max(axis=1, keepdims=True)).astype(dtype)
-
-    check(ran, expected.astype(dtype), blocks=(block_rows, None), axes="R C",
-          likely={"unnormalised": unnormalised})
-    if dtype == "bfloat16":
-        check_rounded_once(ran.output, expected)
-    if is_tpu_size(R, C):
-        return
-    check_traffic(ran, reference=2 * x.nbytes, minimum=2 * x.nbytes)
-    lowers_for_tpu(ran)
-
-
-# 2 -------------------------------------------------------------------------
 @puzzle("norms.long_rows")
 @pytest.mark.parametrize("R, C, block_rows, block_cols, dtype", [
     pytest.param(17, 1025, 8, 128, "float32",
@@ -341,27 +132,21 @@ def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
         x = long_tail(rng, R, C, block_cols, dtype)
     ran = measure(norms.softmax_long, x, block_rows=block_rows, block_cols=block_cols,
                   structure=SOFTMAX.where(grid=(cdiv(R, block_rows), 2, cdiv(C, block_cols))))
-    check_blocks(ran, x, (block_rows, block_cols), "x")
-    if np.isinf(np.asarray(ran.output, np.float64)).all():
-        fail("all_inf", (
-            "every value of your output is inf: when the second pass wrote, l was 0 (or m "
-            "was -inf), so the statistics of the first pass were gone. pl.when(j == 0) "
-            "holds at the first step of both passes: reset m and l only where phase == 0 "
-            "too, pl.when((phase == 0) & (j == 0))."),
-            [("output", f"{x.size} of {x.size} values are inf")])
+    check_blocks(ran, x=(block_rows, block_cols))
+    lesson.check_not_all_inf(ran.output, x)
     # bf16 outputs: the final rounding costs at most 0.4%; a bf16 statistic costs 3%.
     expected = softmax64(x)
     check(ran, expected.astype(dtype), blocks=(block_rows, block_cols), axes="R C",
           tolerance=None if dtype == "float32" else 1e-2,
-          likely={"l_not_rescaled": lambda: online64(x, block_cols, rescale=False).astype(dtype),
-                  "last_block_statistics": lambda: online64(x, block_cols,
-                                                            reset=True).astype(dtype)})
+          likely={"l_not_rescaled": lambda: lesson.online64(
+                      x, block_cols, rescale=False).astype(dtype),
+                  "last_block_statistics": lambda: lesson.online64(
+                      x, block_cols, reset=True).astype(dtype)})
     if dtype == "bfloat16":
-        check_rounded_once(ran.output, expected)
-    if is_tpu_size(R, C):
+        lesson.check_rounded_once(ran.output, expected)
+    if tpu_sized():
         return
-    block = block_rows * block_cols * x.itemsize
-    check_vmem(ran, most=2 * 2 * block + lane_statistics(block_rows), why=(
+    check_vmem(ran, most=lesson.long_rows_vmem(block_rows, block_cols, x.itemsize), why=(
         "a row is never whole in VMEM: one (block_rows, block_cols) block of x and one of "
         "the output at a time, and a few numbers per row for the statistics."))
     check_traffic(ran, reference=3 * x.nbytes, minimum=2 * x.nbytes)
@@ -389,19 +174,18 @@ def test_softmax_grad(R, C, block_rows, block_cols, dtype, rng):
     rows, cols = min(block_rows, R), min(block_cols or C, C)
     two_passes = (cdiv(R, rows), 2, cdiv(C, cols))
     forward_grid = (cdiv(R, rows),) if block_cols is None else two_passes
-    saved = Saved()
-    ran = measure(with_grads, x, dy, function=norms.softmax, block_rows=block_rows,
-                  block_cols=block_cols, saved=saved,
+    saved = lesson.Saved()
+    ran = measure(lesson.with_grads(norms.softmax, "x dy", saved=saved), x, dy,
+                  block_rows=block_rows, block_cols=block_cols,
                   structure=SOFTMAX.where(kernels=2, inside={"exp", "reduce_sum", "mul"},
                                           grid=[forward_grid, two_passes]))
-    for array, name in ((x, "x (and y, the forward's output)"), (dy, "dy")):
-        check_blocks(ran, array, (rows, cols), name)
+    check_blocks(ran, x=(rows, cols), dy=(rows, cols))
     y, dx = ran.output
     p = softmax64(x)
-    dy64, x64 = f64(dy, x)
+    dy64, x64 = lesson.f64(dy, x)
     tolerance = None if dtype == "float32" else 3e-2   # y is rounded to bf16 before dx
     check(y, p.astype(dtype), name="y", blocks=(rows, cols), axes="R C")
-    check_alone(norms.softmax, x, like=x, block_rows=block_rows, block_cols=block_cols)
+    lesson.check_alone(norms.softmax, x, like=x, block_rows=block_rows, block_cols=block_cols)
 
     def dx_of(y):
         return lambda: (y * (dy64 - (dy64 * y).sum(axis=1, keepdims=True))).astype(dtype)
@@ -412,13 +196,10 @@ def test_softmax_grad(R, C, block_rows, block_cols, dtype, rng):
                   "sign_flipped": lambda: -dx_of(p)()})
     saved.check(rows=R * C, most=1, why=(
         "the backward needs y, the forward's own output, and dy, which it is handed."))
-    if is_tpu_size(R, C):
+    if tpu_sized():
         return
-    passes = 1 if block_cols is None else 2
-    # forward: x read once per pass, y written; backward: y and dy read once per pass,
-    # dx written.
-    check_traffic(ran, reference=(passes + 1 + 2 * passes + 1) * x.nbytes,
-                  minimum=5 * x.nbytes)
+    reference, minimum = lesson.softmax_grad_bytes(x, passes=1 if block_cols is None else 2)
+    check_traffic(ran, reference=reference, minimum=minimum)
     lowers_for_tpu(ran)
 
 
@@ -451,42 +232,29 @@ def test_rms_forward(R, D, block_rows, dtype, eps, rng):
     scale = rng.normal((D,), dtype)
     ran = measure(norms.rms_norm_forward, x, scale, eps=eps, block_rows=block_rows,
                   structure=NORM.where(grid=(cdiv(R, block_rows),)))
-    check_blocks(ran, x, (block_rows, D), "x")
-    if not (isinstance(ran.output, (tuple, list)) and len(ran.output) == 2):
-        fail("returned", "rms_norm_forward returns two arrays: (y, inv_rms).",
-             [("returned", type(ran.output).__name__)])
+    check_blocks(ran, x=(block_rows, D))
+    lesson.check_returns_two(ran.output, "rms_norm_forward", "(y, inv_rms)")
     y, inv_rms = ran.output
     truth = rms64(x, scale, x, eps)
-    x64, scale64 = f64(x, scale)
+    x64, scale64 = lesson.f64(x, scale)
     check(y, truth["y"].astype(dtype), name="y", blocks=(block_rows, None), axes="R D",
           likely={"eps_outside": lambda: (x64 / (np.sqrt(truth["ms"]) + eps) * scale64)
                   .astype(dtype),
                   "scale_missing": lambda: truth["x_hat"].astype(dtype)})
-    if np.shape(inv_rms) == x.shape:
-        fail("saves_normalised", (
-            "your second output is [R, D]: the normalised rows. The backward needs one "
-            "number per row, 1 / rms, as a [R, 1] float32 array."),
-            [("inv_rms", f"expected {(R, 1)} float32 · yours {np.shape(inv_rms)} "
-                         f"{np.asarray(inv_rms).dtype}")])
+    lesson.check_saves_one_per_row(inv_rms, x)
     check(inv_rms, truth["inv_rms"].astype(np.float32), name="inv_rms",
           blocks=(block_rows, None), axes="R 1",
           likely={"rms_not_inverted": lambda: (1 / truth["inv_rms"]).astype(np.float32)})
     if dtype == "bfloat16":
-        check_rounded_once(y, truth["y"], name="y")
-    if is_tpu_size(R, D):
+        lesson.check_rounded_once(y, truth["y"], name="y")
+    if tpu_sized():
         return
-    moved = x.nbytes + scale.nbytes + x.nbytes + R * 4
+    moved = lesson.rms_forward_bytes(x, scale)
     check_traffic(ran, reference=moved, minimum=moved)
     lowers_for_tpu(ran)
 
 
 # 5 -------------------------------------------------------------------------
-def row_blocks(values, block_rows):
-    """Per-block sums over rows: [num_blocks, ...]."""
-    return np.stack([values[s:s + block_rows].sum(axis=0)
-                     for s in range(0, len(values), block_rows)])
-
-
 @puzzle("norms.rms_backward")
 @pytest.mark.parametrize("R, D, block_rows, dtype", [
     pytest.param(17, 256, 8, "float32", id="R=17 D=256 block_rows=8 (the last block 1 row)"),
@@ -500,23 +268,19 @@ def test_rms_backward(R, D, block_rows, dtype, rng):
     x, dy = rng.normal((R, D), dtype), rng.normal((R, D), dtype)
     scale = rng.normal((D,), dtype)
     rows = min(block_rows, R)    # a block longer than the array shrinks to it
-    saved = Saved()
-    ran = measure(with_grads, x, scale, dy, function=norms.rms_norm, eps=1e-6,
-                  block_rows=block_rows, saved=saved,
+    saved = lesson.Saved()
+    ran = measure(lesson.with_grads(norms.rms_norm, "x scale dy", saved=saved), x, scale, dy,
+                  eps=1e-6, block_rows=block_rows,
                   structure=NORM.where(kernels=2, grid=(cdiv(R, rows),)))
-    check_blocks(ran, x, (rows, D), "x")
+    check_blocks(ran, x=(rows, D))
     y, dx, dscale = ran.output
     truth = rms64(x, scale, dy, 1e-6)
     tolerance = None if dtype == "float32" else 3e-2
     check(y, truth["y"].astype(dtype), name="y", blocks=(rows, None), axes="R D")
-    check_alone(norms.rms_norm, x, scale, like=x, eps=1e-6, block_rows=block_rows)
+    lesson.check_alone(norms.rms_norm, x, scale, like=x, eps=1e-6, block_rows=block_rows)
     check(dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
-          tolerance=tolerance,
-          likely={"no_mean_term": lambda: (truth["inv_rms"] * truth["g"]).astype(dtype),
-                  "sum_not_mean": lambda: (truth["inv_rms"] * (
-                      truth["g"] - truth["x_hat"] * (truth["g"] * truth["x_hat"]).sum(
-                          axis=1, keepdims=True))).astype(dtype)})
-    partial = row_blocks(f64(dy)[0] * truth["x_hat"], rows)
+          tolerance=tolerance, likely=lesson.rms_dx_likely(truth, dtype))
+    partial = lesson.row_blocks(lesson.f64(dy)[0] * truth["x_hat"], rows)
     check(dscale, truth["dscale"].astype(dtype), name="dscale", tolerance=tolerance,
           likely={"last_block_only": lambda: partial[-1].astype(dtype),
                   "first_block_only": lambda: partial[0].astype(dtype)})
@@ -525,11 +289,9 @@ def test_rms_backward(R, D, block_rows, dtype, rng):
         "normalised rows x * (1 / rms) (or y) are as large as x: written by the forward "
         "and read back by the backward, two more trips over the whole array, for a "
         "product the backward recomputes for free."))
-    if is_tpu_size(R, D):
+    if tpu_sized():
         return
-    row, vector = R * D * x.itemsize, D * scale.itemsize
-    # forward: x, scale in; y, 1/rms out. backward: x, scale, 1/rms, dy in; dx, dscale out.
-    moved = (row + vector + row + 4 * R) + (2 * row + vector + 4 * R + row + vector)
+    moved = lesson.rms_norm_bytes(x, scale)
     check_traffic(ran, reference=moved, minimum=moved)
     lowers_for_tpu(ran)
 
@@ -562,34 +324,20 @@ def test_layer_norm(R, D, block_rows, dtype, offset, rng):
     dy = rng.normal((R, D), dtype)
     scale, bias = rng.normal((D,), dtype), rng.normal((D,), dtype)
     rows = min(block_rows, R)
-    saved = Saved()
-    ran = measure(with_grads, x, scale, bias, dy, function=norms.layer_norm,
-                  eps=1e-5, block_rows=block_rows, saved=saved,
+    saved = lesson.Saved()
+    ran = measure(lesson.with_grads(norms.layer_norm, "x scale bias dy", saved=saved), x, scale,
+                  bias, dy, eps=1e-5, block_rows=block_rows,
                   structure=NORM.where(kernels=2, grid=(cdiv(R, rows),)))
-    check_blocks(ran, x, (rows, D), "x")
+    check_blocks(ran, x=(rows, D))
     y, dx, dscale, dbias = ran.output
-    truth = layer_norm64(x, scale, bias, dy, 1e-5)
+    truth = lesson.layer_norm64(x, scale, bias, dy, 1e-5)
     tolerance = None if dtype == "float32" else 3e-2
-    x64, scale64, bias64 = f64(x, scale, bias)
-    ms = (x64 * x64).mean(axis=1, keepdims=True)
     check(y, truth["y"].astype(dtype), name="y", blocks=(rows, None), axes="R D",
-          likely={"unbiased_variance": lambda: layer_norm64(x, scale, bias, dy, 1e-5,
-                                                            ddof=1)["y"].astype(dtype),
-                  "not_centred": lambda: (x64 / np.sqrt(ms + 1e-5) * scale64 + bias64)
-                  .astype(dtype)})
-    check_alone(norms.layer_norm, x, scale, bias, like=x, eps=1e-5, block_rows=block_rows)
-    dy64, = f64(dy)
-    g, x_hat = truth["g"], truth["x_hat"]
-
-    def dx_without(mean_g=True, mean_gx=True):
-        return lambda: (truth["rstd"] * (
-            g - (g.mean(axis=1, keepdims=True) if mean_g else 0)
-            - (x_hat * (g * x_hat).mean(axis=1, keepdims=True) if mean_gx else 0))).astype(dtype)
-
+          likely=lesson.layer_norm_y_likely(x, scale, bias, dy, dtype))
+    lesson.check_alone(norms.layer_norm, x, scale, bias, like=x, eps=1e-5, block_rows=block_rows)
     check(dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
-          tolerance=tolerance, likely={"no_mean_of_g": dx_without(mean_g=False),
-                                       "no_mean_term": dx_without(mean_gx=False)})
-    partial = row_blocks(dy64, rows)
+          tolerance=tolerance, likely=lesson.layer_norm_dx_likely(truth, dtype))
+    partial = lesson.row_blocks(lesson.f64(dy)[0], rows)
     check(dscale, truth["dscale"].astype(dtype), name="dscale", tolerance=tolerance,
           likely={"dscale_dbias_swapped": lambda: truth["dbias"].astype(dtype)})
     check(dbias, truth["dbias"].astype(dtype), name="dbias", tolerance=tolerance,
@@ -600,12 +348,9 @@ def test_layer_norm(R, D, block_rows, dtype, offset, rng):
         "1 / std. Anything else as large as x (the normalised rows, y) is written by the "
         "forward and read back by the backward: two more trips over the whole array, for "
         "values the backward recomputes for free."))
-    if is_tpu_size(R, D):
+    if tpu_sized():
         return
-    row, vector = R * D * x.itemsize, D * scale.itemsize
-    # forward: x, scale, bias in; y, mean, 1/std out. backward: x, scale, mean, 1/std,
-    # dy in; dx, dscale, dbias out.
-    moved = (row + 2 * vector + row + 8 * R) + (2 * row + vector + 8 * R + row + 2 * vector)
+    moved = lesson.layer_norm_bytes(x, scale)
     check_traffic(ran, reference=moved, minimum=moved)
     lowers_for_tpu(ran)
 
@@ -644,39 +389,6 @@ def xent_inputs(rng, T, D, V, block_v, dtype, logits):
     return h.astype(jnp.dtype(dtype)), w.astype(jnp.dtype(dtype)), labels
 
 
-def check_no_vocabulary_array(ran, T, V):
-    """No array of T * V elements or more anywhere outside VMEM: not a kernel's operand
-    or output, not a JAX op around the kernels; and fewer bytes written to HBM than one
-    [T, V] float32 array."""
-    for site in ran.program.sites:
-        for block in site.call.blocks:
-            if math.prod(block.array_shape) >= T * V:
-                fail("materialised", (
-                    f"{block.name} of your kernel {site.call.name}() is a "
-                    f"{tuple(block.array_shape)} array in HBM: as large as the logits. The "
-                    "lesson is that no [T, V] array ever leaves VMEM."),
-                    [("array", f"{block.name}: {tuple(block.array_shape)} "
-                               f"{np.dtype(block.dtype).name} · the logits: ({T}, {V})")])
-    for op in ran.program.ops:
-        if op.nbytes >= T * V:
-            fail("materialised", (
-                f"a {op.name} around your kernels moves {op.nbytes:,} bytes: an array as "
-                "large as the logits exists in HBM. No [T, V] array may leave VMEM."),
-                [("op", f"{op.name}: {op.nbytes:,} bytes · the logits: ({T}, {V})")])
-    if ran.traffic.written >= T * V * 4:
-        fail("materialised", (
-            "your kernels write as many bytes to HBM as one [T, V] float32 array: the "
-            "logits (or something as large) went out of VMEM."),
-            [("written", f"{ran.traffic.written:,} bytes · one [T, V] float32 array "
-                         f"{T * V * 4:,} bytes")])
-
-
-def xent_flops(T, D, V, block_t, block_v, dots):
-    """Flops of `dots` (block_t x D) @ (D x block_v)-sized dots per (token block,
-    vocabulary block) pair."""
-    return cdiv(T, block_t) * cdiv(V, block_v) * dots * 2 * block_t * D * block_v
-
-
 # 7 -------------------------------------------------------------------------
 @puzzle("norms.fused_xent")
 @pytest.mark.parametrize("T, D, V, block_t, block_v, dtype, logits", [
@@ -694,51 +406,27 @@ def test_fused_xent(T, D, V, block_t, block_v, dtype, logits, rng):
     h, w, labels = xent_inputs(rng, T, D, V, block_v, dtype, logits)
     ran = measure(norms.cross_entropy_forward, h, w, labels, block_t=block_t, block_v=block_v,
                   structure=XENT.where(grid=(cdiv(T, block_t), cdiv(V, block_v))))
-    check_blocks(ran, h, (block_t, D), "h")
-    check_blocks(ran, w, (D, block_v), "w")
-    if not (isinstance(ran.output, (tuple, list)) and len(ran.output) == 2):
-        fail("returned", "cross_entropy_forward returns two arrays: (loss, lse).",
-             [("returned", type(ran.output).__name__)])
+    check_blocks(ran, h=(block_t, D), w=(D, block_v))
+    lesson.check_returns_two(ran.output, "cross_entropy_forward", "(loss, lse)")
     loss, lse = ran.output
-    num_t = cdiv(T, block_t)
-    if not is_tpu_size(T, V) and ran.bytes_from(w) < num_t * w.nbytes:
-        fail("vocabulary_skipped", (
-            "some vocabulary blocks of w never reach your kernel: every token block needs "
-            "all of w, one (D, block_v) block per step of the vocabulary axis, and your "
-            "kernel reads less than that. w's index map must follow the grid's vocabulary "
-            "index v (index maps receive the grid's indices in the grid's order, (t, v))."),
-            [("w read", f"yours {ran.bytes_from(w):,} bytes · all of w once per token "
-                        f"block: {num_t} × {w.nbytes:,} = {num_t * w.nbytes:,} bytes")],
-            name="w")
-    if np.isinf(np.asarray(loss, np.float64)).any():
-        fail("overflow", (
-            "your loss is infinite: exp overflowed (float32 exp is inf beyond about 88, and "
-            "these logits reach 1e4)."),
-            [("loss", f"{int(np.isinf(np.asarray(loss, np.float64)).sum())} of {T} "
-                      "values are inf")])
-    truth = xent64(h, w, labels)
-    first = (V - 1) // block_v * block_v
-
-    def one_block(part, start, stop):
-        return lambda: xent64(h, w, labels, blocks=(start, stop))[part].astype(np.float32)
-
+    if not tpu_sized():
+        lesson.check_reads_all_of_w(ran, w, num_t=cdiv(T, block_t))
+    lesson.check_loss_finite(loss, T)
+    truth = lesson.xent64(h, w, labels)
+    one_block = lesson.vocabulary_block_likely(h, w, labels, block_v=block_v)
     check(loss, truth["loss"].astype(np.float32), name="loss", blocks=(block_t,), axes="T",
-          likely={"last_vocabulary_block": one_block("loss", first, V),
-                  "first_vocabulary_block": one_block("loss", 0, block_v)})
+          likely=one_block["loss"])
     check(lse, truth["lse"][:, None].astype(np.float32), name="lse", blocks=(block_t, None),
-          axes="T 1", likely={"last_vocabulary_block": lambda: one_block(
-              "lse", first, V)()[:, None]})
-    if is_tpu_size(T, V):
+          axes="T 1", likely=one_block["lse"])
+    if tpu_sized():
         return
-    check_no_vocabulary_array(ran, T, V)
-    check_work(ran, flops=xent_flops(T, D, V, block_t, block_v, 1))
-    tile = (block_t * D + D * block_v) * h.itemsize
-    check_vmem(ran, most=2 * tile + 2 * 3 * block_t * 4 + 3 * lane_statistics(block_t) // 2,
+    lesson.check_no_vocabulary_array(ran, T, V)
+    check_work(ran, flops=lesson.xent_flops(T, D, V, block_t, block_v, 1))
+    check_vmem(ran, most=lesson.fused_xent_vmem(block_t, block_v, D, h.itemsize),
                why=("one block of h and one of w at a time (two buffers each), and a few "
                     "numbers per token: the logits tile is a value, never a buffer."))
-    per_token = T * 4
-    check_traffic(ran, reference=h.nbytes + cdiv(T, block_t) * w.nbytes + 3 * per_token,
-                  minimum=h.nbytes + w.nbytes + 3 * per_token)
+    reference, minimum = lesson.fused_xent_bytes(h, w, block_t=block_t)
+    check_traffic(ran, reference=reference, minimum=minimum)
     lowers_for_tpu(ran)
 
 
@@ -759,52 +447,31 @@ def test_xent_backward(T, D, V, block_t, block_v, dtype, rng):
     h = rng.normal((T, D), dtype)
     w = rng.normal((D, V), dtype, scale=0.3)
     dloss = rng.normal((T,), "float32")
-    ran = measure(with_grads, h, w, dloss, labels=labels, function=norms.cross_entropy,
+    ran = measure(lesson.with_grads(norms.cross_entropy, "h w dloss"), h, w, dloss, labels=labels,
                   block_t=block_t, block_v=block_v,
                   structure=XENT.where(kernels=3))
-    num_t, num_v = cdiv(T, block_t), cdiv(V, block_v)
-    grids = [tuple(site.call.grid) for site in ran.program.sites]
-    if sorted(grids) != sorted([(num_t, num_v), (num_t, num_v), (num_v, num_t)]):
-        fail("grid", (
-            "the three kernels' grids are the forward's (token blocks, vocabulary blocks), "
-            "dh's the same (it sums over v, last) and dw's (vocabulary blocks, token "
-            "blocks) (it sums over t, last)."),
-            [("grids", f"expected {(num_t, num_v)}, {(num_t, num_v)}, {(num_v, num_t)} · "
-                       f"yours {', '.join(map(str, grids))}")])
-    check_blocks(ran, h, (block_t, D), "h")
-    check_blocks(ran, w, (D, block_v), "w")
+    lesson.check_xent_grids(ran, num_t=cdiv(T, block_t), num_v=cdiv(V, block_v))
+    check_blocks(ran, h=(block_t, D), w=(D, block_v))
     loss, dh, dw = ran.output
-    truth = xent64(h, w, labels, dloss)
+    truth = lesson.xent64(h, w, labels, dloss)
     tolerance = 1e-4 if dtype == "float32" else 3e-2
     check(loss, truth["loss"].astype(np.float32), name="loss", blocks=(block_t,), axes="T",
           tolerance=1e-4)
-    check_alone(norms.cross_entropy, h, w, like=truth["loss"].astype(np.float32),
+    lesson.check_alone(norms.cross_entropy, h, w, like=truth["loss"].astype(np.float32),
                 labels=labels, block_t=block_t, block_v=block_v)
-    h64, w64 = f64(h, w)
-
-    def grads(dlogits):
-        return {"dh": lambda: (dlogits @ w64.T).astype(dtype),
-                "dw": lambda: (h64.T @ dlogits).astype(dtype)}
-
-    no_label, undirected = grads(truth["no_label_term"]), grads(truth["undirected"])
+    wrong = lesson.xent_grads_likely(h, w, truth, dtype)
     check(dh, truth["dh"].astype(dtype), name="dh", blocks=(block_t, None), axes="T D",
-          tolerance=tolerance,
-          likely={"no_label_term": no_label["dh"], "dloss_ignored": undirected["dh"]})
+          tolerance=tolerance, likely=wrong["dh"])
     check(dw, truth["dw"].astype(dtype), name="dw", blocks=(None, block_v), axes="D V",
-          tolerance=tolerance,
-          likely={"no_label_term": no_label["dw"], "dloss_ignored": undirected["dw"]})
-    if is_tpu_size(T, V):
+          tolerance=tolerance, likely=wrong["dw"])
+    if tpu_sized():
         return
-    check_no_vocabulary_array(ran, T, V)
+    lesson.check_no_vocabulary_array(ran, T, V)
     # The forward's dot, then the dh kernel's two (logits, dlogits w^T) and the dw
     # kernel's two (logits, h^T dlogits).
-    check_work(ran, flops=xent_flops(T, D, V, block_t, block_v, 5))
-    per_token = T * 4
-    forward = h.nbytes + num_t * w.nbytes + 3 * per_token
-    dh_kernel = h.nbytes + num_t * w.nbytes + 3 * per_token + h.nbytes
-    dw_kernel = num_v * (h.nbytes + 3 * per_token) + w.nbytes + w.nbytes
-    check_traffic(ran, reference=forward + dh_kernel + dw_kernel,
-                  minimum=forward + h.nbytes + w.nbytes + 3 * per_token + h.nbytes + w.nbytes)
+    check_work(ran, flops=lesson.xent_flops(T, D, V, block_t, block_v, 5))
+    reference, minimum = lesson.xent_backward_bytes(h, w, block_t=block_t, block_v=block_v)
+    check_traffic(ran, reference=reference, minimum=minimum)
     lowers_for_tpu(ran)
 
 
@@ -841,20 +508,5 @@ def test_xent_backward_rejects_bad_labels(bad, rng):
     h, w = rng.normal((T, D)), rng.normal((D, V))
     labels = rng.integers((T,), 0, V)
     labels[3] = bad
-    try:
-        jax.eval_shape(functools.partial(norms.cross_entropy, labels=labels, block_t=8,
-                                         block_v=128), h, w)
-    except ValueError as error:
-        if "labels" in str(error):
-            return
-        fail("argument_check", "cross_entropy raised a ValueError that does not name "
-             "labels.", [("raised", str(error).splitlines()[0][:200])])
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        fail("argument_check", f"cross_entropy with a label of {bad} (V={V}) should raise a "
-             "ValueError naming labels before any kernel is built; it failed later, "
-             "inside JAX.", [("raised", f"{type(error).__name__}: "
-                                        f"{str(error).splitlines()[0][:200]}")])
-    fail("argument_check", f"cross_entropy with a label of {bad} (V={V}) should raise a "
-         "ValueError naming labels; it raised nothing.", [("labels", f"labels[3] = {bad}")])
+    lesson.check_label_refused(norms.cross_entropy, h, w, labels=labels, bad=bad, V=V, block_t=8,
+                        block_v=128)
