@@ -17,7 +17,7 @@ linear attention's recurrences beyond the right answers.
   mask (``check_decay_masked``), no matmul reading the state rounded to bf16
   (``check_state_read_in_float32``), the state zeroed under pl.when only
   (``check_state_reset_once``). They walk the jaxpr themselves, moved here as the test
-  file had them; they are to move onto jaxcompat's view of a program's control flow.
+  file had them; they read programs through jaxcompat's view of control flow.
 """
 import functools
 
@@ -442,11 +442,11 @@ def _labelled(jaxpr, rule, labels=()):
 
     for eqn in jaxpr.eqns:
         ins = [of(v) for v in eqn.invars]
-        inner = jaxcompat.inlined(eqn)
-        if inner is not None:
-            outs = yield from _labelled(inner[0], rule, ins)
+        view = jaxcompat.control(eqn)
+        if isinstance(view, jaxcompat.Inline):
+            outs = yield from _labelled(view.body[0], rule, ins)
         else:
-            for body, _ in jaxcompat.sub_jaxprs(eqn):
+            for body, _ in jaxcompat.parts(eqn):
                 yield from _labelled(body, rule)
             out = yield from rule(eqn, ins)
             outs = [out] * len(eqn.outvars)
@@ -488,7 +488,7 @@ def check_decay_masked(ran):
     """No exp in the gated kernels is multiplied by a 0/1 mask: an overflow times zero is
     NaN on a TPU, and XLA on CPU hides it (it turns x * convert(mask) into a select)."""
     for site in ran.program.sites:
-        kernel = jaxcompat.open_jaxpr(site.call.kernel)[0]
+        kernel = site.call.kernel
         for exp, mul in _labelled(kernel, _exp_times_mask):
             shape = "x".join(map(str, exp.outvars[0].aval.shape))
             fail("decay_overflow", OVERFLOW_TIMES_ZERO,
@@ -512,7 +512,7 @@ def _narrow_state(eqn, ins):
         return frozenset()
     out = frozenset().union(*ins)
     if name == "convert_element_type" and "state" in out:
-        dtype = np.dtype(eqn.params["new_dtype"])
+        dtype = np.dtype(eqn.outvars[0].aval.dtype)
         if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize < 4:
             return out | {"narrow"}
     return out
@@ -524,7 +524,7 @@ def check_state_read_in_float32(ran):
     the rounding still happen on the way into the matmul, where the precision rule (what
     is carried) does not look."""
     for site in ran.program.sites:
-        kernel = jaxcompat.open_jaxpr(site.call.kernel)[0]
+        kernel = site.call.kernel
         labels = [frozenset() for _ in kernel.invars]
         for j, inputs in enumerate(site.inputs):   # operands, by which input they are
             labels[j] = frozenset({"q"} if 0 in inputs else {"k"} if 1 in inputs else ())
@@ -556,7 +556,7 @@ def check_state_reset_once(ran):
     """The state is zeroed under pl.when only: a store of zeros into a scratch, outside
     any pl.when and before anything reads it, runs at every grid step."""
     for site in ran.program.sites:
-        kernel = jaxcompat.open_jaxpr(site.call.kernel)[0]
+        kernel = site.call.kernel
         scratch = set(kernel.invars[len(kernel.invars) - len(site.call.scratch):])
         zeros, used = set(), set()
 
