@@ -970,7 +970,8 @@ def check_rejects(function: Callable, cases, *, advice: str = "") -> None:
 
     tail = f" {advice}" if advice else ""
     for why, args, static, names in cases:
-        shown = ", ".join([*map(describe, args), *(f"{k}={describe(v)}" for k, v in static.items())])
+        shown = ", ".join([*map(describe, args),
+                           *(f"{k}={describe(v)}" for k, v in static.items())])
         wanted = f"a ValueError naming {' or '.join(names)}" if names else "a ValueError"
         try:
             jax.eval_shape(functools.partial(function, **static), *args)

@@ -320,10 +320,10 @@ def _gpu_order(program, structure, sources):
     """An asynchronous read (a wgmma, a TMA copy out) of SMEM not ordered after what it
     reads, in a Mosaic GPU kernel's program order (ordering.py): GPU interpret mode does
     not see the tensor core's reads. Then, from the kernel's loops and barriers run on
-    their integers (gpu_steps.py), before the kernel runs: a deadlock (the interpreter
+    their integers (gpu_walk.py), before the kernel runs: a deadlock (the interpreter
     would wait until the time bound), and a TMA copy refilling a slot a wgmma may still
     read."""
-    from . import gpu_steps, ordering
+    from . import gpu_walk, ordering
     from .diagnose import _GPU_RACE_SAYS
 
     for site in program.sites:
@@ -334,11 +334,11 @@ def _gpu_order(program, structure, sources):
                      for label, eqn in zip(labels, (problem.eqn, problem.other))]
             return [Finding(problem.kind, _GPU_RACE_SAYS[problem.kind], facts=facts)]
     for site in program.sites:
-        found = gpu_steps.run(site.call)
+        found = gpu_walk.walk(site.call)
         if found is not None and found.stuck:
             facts = []
             for stuck in found.stuck:
-                steps = "".join(f", loop step {step}" for step in stuck.steps)
+                steps = "".join(f", loop step {step}" for step in stuck.iterations)
                 barrier = f"[{', '.join(map(str, stuck.index))}]" if stuck.index else ""
                 facts += [("waits", _line(stuck.wait, sources)),
                           ("", f"warpgroup {stuck.thread}{steps}: waits for completion "

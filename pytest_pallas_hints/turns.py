@@ -1,5 +1,5 @@
 """Simulated devices that take turns: the chips of a mesh (walk.py), the warpgroups of a
-GPU block (gpu_steps.py).
+GPU block (gpu_walk.py).
 
 Each participant is a generator that runs until it waits for something another
 participant has not done yet (bytes a remote copy has not sent, a barrier no one has

@@ -362,9 +362,9 @@ class Walk:
 
     def run(self, jaxpr, consts, args) -> list:
         """``jaxpr``'s outputs, walked where nothing waits for another device."""
-        return finished(self.steps(jaxpr, consts, args))
+        return finished(self.taking_turns(jaxpr, consts, args))
 
-    def steps(self, jaxpr, consts, args):
+    def taking_turns(self, jaxpr, consts, args):
         """Walks ``jaxpr`` (a generator: on a mesh, it yields a ``Wait`` where the device
         waits for another, see ``turns``) and returns its outputs."""
         env = {}
@@ -386,7 +386,7 @@ class Walk:
 
     def equation(self, eqn, values):
         """The outputs of ``eqn``: a list, or, for control flow and waits, a generator
-        that returns them (``steps``)."""
+        that returns them (``taking_turns``)."""
         name = eqn.primitive.name
         unknown = [UNKNOWN] * len(eqn.outvars)
         view = jaxcompat.control(eqn)
@@ -443,7 +443,7 @@ class Walk:
         if isinstance(view, jaxcompat.Scoped):
             return self._scoped(view, eqn, values)
         if isinstance(view, jaxcompat.Inline):
-            return self.steps(*view.body, values)
+            return self.taking_turns(*view.body, values)
         if not any(v is UNKNOWN or isinstance(v, _Ref) for v in values):
             try:
                 with np.errstate(all="ignore"):  # a 0 / 0 of known values is still a value
@@ -470,7 +470,7 @@ class Walk:
     def _scoped(self, view, eqn, values):
         jaxpr, _ = view.body
         scope = [_fresh(var) for var in jaxpr.invars]
-        yield from self.steps(jaxpr, values, scope)
+        yield from self.taking_turns(jaxpr, values, scope)
         self.ledger.close(scope)
         return [UNKNOWN] * len(eqn.outvars)
 
@@ -517,7 +517,7 @@ def _cond(outer: Walk, view: jaxcompat.Branches, eqn, values):
     which, operands = view.split(values)
     if which is not UNKNOWN:
         jaxpr, consts = view.picked(which)
-        return (yield from outer.steps(jaxpr, consts, operands))
+        return (yield from outer.taking_turns(jaxpr, consts, operands))
     if any(_moves_data(jaxpr) for jaxpr, _ in view.programs):
         raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
                           "kernel loaded, with a DMA start or wait inside")
@@ -561,19 +561,19 @@ def _loop(outer: Walk, view: jaxcompat.Loop, eqn, values):
     if view.kind == "scan":
         for i in view.iterations():
             x = [UNKNOWN if v is UNKNOWN else np.asarray(v)[i] for v in xs]
-            carry = (yield from outer.steps(body, body_consts, [*consts, *carry, *x]))[
-                :view.num_carry]
+            carry = (yield from outer.taking_turns(body, body_consts,
+                                                   [*consts, *carry, *x]))[:view.num_carry]
         return list(carry) + [UNKNOWN] * (len(eqn.outvars) - view.num_carry)
     cond, cond_c = view.cond
     for _ in range(1 << 20):
-        go = (yield from outer.steps(cond, cond_c, [*cond_consts, *carry]))[0]
+        go = (yield from outer.taking_turns(cond, cond_c, [*cond_consts, *carry]))[0]
         if go is UNKNOWN:
             if not _counts_anything(body):
                 return [UNKNOWN] * len(eqn.outvars)
             raise Uncountable("a loop whose bound depends on data the kernel loaded")
         if not bool(go):
             return carry
-        carry = yield from outer.steps(body, body_consts, [*consts, *carry])
+        carry = yield from outer.taking_turns(body, body_consts, [*consts, *carry])
     raise Uncountable("a loop that ran more than a million times")
 
 
@@ -956,7 +956,7 @@ class MeshWalk:
             for point in grid_steps(call.grid):
                 before = counts.flops
                 yield from Walk(call.grid, tuple(int(p) for p in point), counts,
-                                self.ledgers[device], self.place(device)).steps(
+                                self.ledgers[device], self.place(device)).taking_turns(
                     jaxpr, [], self.refs[device])
                 counts.step_flops.append(counts.flops - before)
 

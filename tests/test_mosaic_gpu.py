@@ -2,7 +2,7 @@
 backend: GPU interpret mode's race reports turned into findings with the learner's
 lines, the ledger of asynchronous reads GPU interpret mode cannot see (ordering.py), the
 kernel's loops and barriers run on their integers (a wgmma still reading a slot a copy
-refills, a deadlock named before it runs, gpu_steps.py),
+refills, a deadlock named before it runs, gpu_walk.py),
 the structure rules every Mosaic GPU kernel is held to, a kernel waiting on a barrier
 nothing completes, and the hardware gating (Hopper, "cannot be verified")."""
 import functools
@@ -168,7 +168,7 @@ def test_program_id_in_a_gpu_grid_is_named():
     assert findings[0].kind == "program_id" and "lax.axis_index" in findings[0].says
 
 
-# --- the kernel's loops and barriers, run on their integers (gpu_steps.py) ---------
+# --- the kernel's loops and barriers, run on their integers (gpu_walk.py) ---------
 
 def pipelined_matmul(a, b, *, wait=0, delay_release=0):
     """A K-pipelined wgmma matmul (one output tile, 4 K steps, 2 in flight) whose body
@@ -207,12 +207,12 @@ def test_a_wgmma_still_reading_a_slot_the_pipeline_refills_is_found(
         wait, delay_release, refills):
     import numpy as np
 
-    from pytest_pallas_hints import gpu_steps
+    from pytest_pallas_hints import gpu_walk
 
     a = np.zeros((64, 256), np.float16)
     traced = trace(functools.partial(pipelined_matmul, wait=wait,
                                      delay_release=delay_release), a, a.T.copy())
-    found = gpu_steps.run(traced.sites[0].call)
+    found = gpu_walk.walk(traced.sites[0].call)
     assert found.wgmmas == {(): 4}   # the work: one wgmma per K step
     assert bool(found.refills) == refills
     kinds = [f.kind for f in rules(traced)]
@@ -263,15 +263,15 @@ def producer_consumer(x, *, first_wait=2, release_always=False):
 def test_a_deadlock_is_named_before_the_kernel_runs():
     import numpy as np
 
-    from pytest_pallas_hints import gpu_steps
+    from pytest_pallas_hints import gpu_walk
 
     x = np.zeros((32, 128), np.float32)
-    good = gpu_steps.run(trace(producer_consumer, x).sites[0].call)
+    good = gpu_walk.walk(trace(producer_consumer, x).sites[0].call)
     assert good.stuck == [] and good.unwaited == []
     traced = trace(functools.partial(producer_consumer, first_wait=1), x)
-    stuck = gpu_steps.run(traced.sites[0].call).stuck
+    stuck = gpu_walk.walk(traced.sites[0].call).stuck
     # the producer waits for slot 1's release at tile 1; the consumer for tile 1 to land
-    assert sorted((s.thread, s.index, s.needs, s.completions, s.steps) for s in stuck) == [
+    assert sorted((s.thread, s.index, s.needs, s.completions, s.iterations) for s in stuck) == [
         (0, (1,), 1, 0, (1,)), (1, (1,), 1, 0, (1,))]
     findings = rules(traced)
     assert findings[0].kind == "barrier_deadlock"
@@ -282,10 +282,10 @@ def test_a_deadlock_is_named_before_the_kernel_runs():
 def test_an_arrival_no_wait_observes_is_counted():
     import numpy as np
 
-    from pytest_pallas_hints import gpu_steps
+    from pytest_pallas_hints import gpu_walk
 
     x = np.zeros((32, 128), np.float32)
-    found = gpu_steps.run(trace(functools.partial(producer_consumer, release_always=True),
+    found = gpu_walk.walk(trace(functools.partial(producer_consumer, release_always=True),
                                 x).sites[0].call)
     assert [(u.index, u.completions, u.waits) for u in found.unwaited] == [
         ((0,), 2, 1), ((1,), 2, 1)]
@@ -298,7 +298,7 @@ def test_control_flow_on_an_unknown_value_gives_no_verdict():
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
-    from pytest_pallas_hints import gpu_steps
+    from pytest_pallas_hints import gpu_walk
 
     def body(x_ref, o_ref, tile, landed):   # whether it waits depends on the data
         plgpu.copy_gmem_to_smem(x_ref, tile, landed)
@@ -311,7 +311,7 @@ def test_control_flow_on_an_unknown_value_gives_no_verdict():
         return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
                             scratch_types=[plgpu.SMEM(x.shape, x.dtype), plgpu.Barrier()])(x)
 
-    assert gpu_steps.run(trace(copy, np.zeros((8, 128), np.float32)).sites[0].call) is None
+    assert gpu_walk.walk(trace(copy, np.zeros((8, 128), np.float32)).sites[0].call) is None
 
 
 @needs_gpu_interpret
@@ -447,9 +447,9 @@ def test_a_tma_copy_past_its_ref_or_its_view_is_found(options, where, operand):
     reads another block's rows on a Hopper (zeros past the ref's end)."""
     import numpy as np
 
-    from pytest_pallas_hints import gpu_steps
+    from pytest_pallas_hints import gpu_walk
 
     x = np.zeros((128, 128), np.float32)
-    found = gpu_steps.run(trace(functools.partial(copies, **options), x).sites[0].call)
+    found = gpu_walk.walk(trace(functools.partial(copies, **options), x).sites[0].call)
     assert [(o.where, o.operand, o.block) for o in found.outside] == (
         [] if where is None else [(where, operand, {"i": 1})])

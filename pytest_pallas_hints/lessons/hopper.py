@@ -3,7 +3,7 @@
 * readers of the traced Mosaic GPU kernel: its SMEM allocations and whether the data
   passes through them, direct loads and stores of GMEM refs, the buffers
   plgpu.emit_pipeline allocates, the wgmma calls; and, from the walk of the kernel on
-  its integers (``gpu_steps.run``), TMA windows past their refs, the wgmmas each block
+  its integers (``gpu_walk.walk``), TMA windows past their refs, the wgmmas each block
   issues (K steps, KV blocks visited) and barrier completions nobody waited for;
 * checks that word the chapter's findings from them (``fail``), with the learner's
   lines;
@@ -14,7 +14,7 @@ import ast
 import math
 from pathlib import Path
 
-from .. import gpu_steps, jaxcompat
+from .. import gpu_walk, jaxcompat
 from ..checking import fail, line_of
 from ..frozen import np
 from .common import f64
@@ -102,7 +102,7 @@ def check_copies_in_bounds(ran):
     is cut from, in every block (found on the kernel's integers, before it ran). A
     Hopper reads zeros past the end of a ref and drops what a copy out writes there:
     in this chapter's shapes, which the blocks divide, that is always a wrong index."""
-    found = gpu_steps.run(kernel_of(ran))
+    found = gpu_walk.walk(kernel_of(ran))
     if found is None or not found.outside:
         return
     first = found.outside[0]
@@ -174,7 +174,7 @@ def check_wgmma_transforms(wgmma_transforms, cols, dtype):
 
 def check_k_steps(ran, *, K, tile_k):
     """One wgmma per K step, in every block: the pipeline's grid is (K // tile_k,)."""
-    found = gpu_steps.run(kernel_of(ran))   # one wgmma per K step, in every block
+    found = gpu_walk.walk(kernel_of(ran))   # one wgmma per K step, in every block
     steps = sorted(set(found.wgmmas.values())) if found is not None else []
     if steps and steps != [K // tile_k]:
         fail("k_steps", (
@@ -190,7 +190,7 @@ def check_k_steps(ran, *, K, tile_k):
 def check_barriers_waited(ran):
     """No barrier ends the kernel with completions nobody waited for (a Hopper must not
     free a barrier with an arrival pending; GPU interpret mode does not count them)."""
-    found = gpu_steps.run(kernel_of(ran))
+    found = gpu_walk.walk(kernel_of(ran))
     if found is not None and found.unwaited:
         extra = found.unwaited[0]
         fail("barrier_unwaited", (
@@ -291,7 +291,7 @@ def attention_not_rescaled(q, k, v, causal, block_kv):
 def check_kv_blocks_visited(ran, *, T, S, block_q, block_kv, causal):
     """Each block (b, n, qi) issues two wgmmas per KV block it visits; with causal, it
     visits only the KV blocks holding a key at or before its last query."""
-    found = gpu_steps.run(kernel_of(ran))
+    found = gpu_walk.walk(kernel_of(ran))
     if found is None:
         return
     for block, wgmmas in sorted(found.wgmmas.items()):

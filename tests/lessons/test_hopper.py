@@ -108,9 +108,9 @@ def test_check_kv_heads_read_leaves_what_no_head_explains_to_check():
 # --- what the walk's wgmma counts imply ------------------------------------------------
 
 def walked(monkeypatch, wgmmas):
-    """The lesson's gpu_steps.run finds these wgmma counts per block."""
+    """The lesson's gpu_walk.run finds these wgmma counts per block."""
     found = types.SimpleNamespace(wgmmas=wgmmas, outside=[], unwaited=[])
-    monkeypatch.setattr(lesson, "gpu_steps", types.SimpleNamespace(run=lambda call: found))
+    monkeypatch.setattr(lesson, "gpu_walk", types.SimpleNamespace(walk=lambda call: found))
     return types.SimpleNamespace(program=types.SimpleNamespace(
         sites=[types.SimpleNamespace(call=None)]))
 

@@ -51,7 +51,7 @@ class Stuck:
     index: tuple         # the barrier's index in its array (() for one barrier)
     needs: int           # the completion it waits for (1 = the first)
     completions: int     # how many the barrier gets, in all
-    steps: tuple         # the iteration of each loop around the wait
+    iterations: tuple    # the iteration of each loop around the wait
 
 
 @dataclasses.dataclass
@@ -71,7 +71,8 @@ class Outside:
 
 
 @dataclasses.dataclass
-class Run:
+class GpuWalk:
+    """What the walk of a kernel found, over every block of its grid."""
     wgmmas: dict         # block (its grid indices) -> wgmmas it issued
     refills: list
     stuck: list
@@ -82,7 +83,7 @@ class Run:
 _CACHE: dict = {}
 
 
-def run(call) -> Run | None:
+def walk(call) -> GpuWalk | None:
     """Runs one Mosaic GPU kernel (a KernelCall) on its integers; None where it cannot."""
     if getattr(call, "backend", "") != "mosaic_gpu":
         return None
@@ -182,7 +183,7 @@ class _Kernel:
         self.seen_refills: set = set()
         self.outside: dict = {}    # id(copy eqn) -> Outside, the first block's
 
-    def run(self) -> Run:
+    def run(self) -> GpuWalk:
         axes = list(self.call.axes)
         threads = self.call.threads if self.call.threads > 1 else 1
         thread_axis = axes.pop()[0] if threads > 1 and axes else None
@@ -195,7 +196,7 @@ class _Kernel:
                 stuck = found.stuck
             if found.unwaited and not unwaited:
                 unwaited = found.unwaited
-        return Run(wgmmas, self.refills, stuck, unwaited, list(self.outside.values()))
+        return GpuWalk(wgmmas, self.refills, stuck, unwaited, list(self.outside.values()))
 
 
 class _Block:
@@ -218,8 +219,9 @@ class _Block:
         threads = [_Thread(self, t) for t in range(self.threads)]
         stuck = take_turns([thread.start(jaxpr) for thread in threads])
         for number, wait in stuck:   # a deadlock: every thread left waits
-            eqn, key, needs, steps = wait.what
-            self.stuck.append(Stuck(number, eqn, key[1], needs, self.completions(key), steps))
+            eqn, key, needs, iterations = wait.what
+            self.stuck.append(Stuck(number, eqn, key[1], needs, self.completions(key),
+                                    iterations))
         if stuck:
             return self
         waited = {}
@@ -243,7 +245,7 @@ class _Thread:
         self.waits: dict = {}
         self.pending: list = []      # wgmmas issued and not waited: (eqn, operand keys)
         self.last_wait = None
-        self.steps: list = []
+        self.iterations: list = []
 
     def start(self, jaxpr):
         args = [_ref(var, ("in", n)) for n, var in enumerate(jaxpr.invars)]
@@ -315,7 +317,7 @@ class _Thread:
                 needs = self.waits.get(key, 0) + 1
                 if self.block.completions(key) < needs:
                     yield Wait(lambda key=key, needs=needs: self.block.completions(key) >= needs,
-                               (eqn, key, needs, tuple(self.steps)))
+                               (eqn, key, needs, tuple(self.iterations)))
                 self.waits[key] = needs
             elif jaxcompat.parts(eqn) and name not in ("custom_vmap_call",):
                 raise _Unknown(f"{name}: a body this module does not run")
@@ -330,10 +332,10 @@ class _Thread:
         body, body_consts = view.body
         if view.kind == "scan":
             for step in view.iterations():
-                self.steps.append(step)
+                self.iterations.append(step)
                 out = yield from self._call(body, body_consts,
                                             [*bargs, *carry, *([None] * len(xs))])
-                self.steps.pop()
+                self.iterations.pop()
                 carry = out[:view.num_carry]
             return [*carry, *([None] * (len(eqn.outvars) - view.num_carry))]
         cond, cond_consts = view.cond
@@ -344,9 +346,9 @@ class _Thread:
                 raise _Unknown("a loop bound that is not known")
             if not go[0]:
                 return carry
-            self.steps.append(step)
+            self.iterations.append(step)
             carry = yield from self._call(body, body_consts, [*bargs, *carry])
-            self.steps.pop()
+            self.iterations.pop()
             step += 1
 
     # -- the asynchronous units: the tensor core and the TMA engine
