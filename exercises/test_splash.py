@@ -31,258 +31,25 @@ import pytest
 
 from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_work, fail,
                                  lowers_for_tpu, measure)
+from pytest_pallas_hints.lessons.splash import (
+    EMPTY, FULL, MASKS, PARTIAL, SCORES, FAMILIES, ahead, attention, blocks_of, categories_of,
+    causal, check_kv_traffic, check_mask_store, columns_as_mask_next, compacted, deduplicated,
+    dot_flops, expected_with, following, inputs, kv_copies, mask_budget, needed_kv, padded,
+    positions, previous_filled, random_blocks, tables_for, window)
 
 splash = chapter("splash")
 
 puzzle = pytest.mark.puzzle
 on_tpu = pytest.mark.tpu
 
-EMPTY, PARTIAL, FULL = 0, 1, 2
 
 # What each kernel lesson requires of your program, checked from its trace: your own
 # kernel computes the scores and the softmax, and reads a scalar-prefetched table.
 ATTENTION = Structure(inside={"dot_general", "exp"}, prefetch=True)
 
 
-def cdiv(a, b):
-    return -(-a // b)
-
-
 def is_tpu_size(*dims):
     return math.prod(dims) > 2 ** 26
-
-
-# --- masks, made here (not by your make_mask) --------------------------------
-
-def positions(T, S):
-    return np.arange(T)[:, None], np.arange(S)[None, :]
-
-
-def causal(T, S, *, prefix=0):
-    row, col = positions(T, S)
-    return (col <= row) | (col < prefix)
-
-
-def window(T, S, left, right):
-    row, col = positions(T, S)
-    visible = np.ones((T, S), bool)
-    if left is not None:
-        visible &= row - col <= left
-    if right is not None:
-        visible &= col - row <= right
-    return visible
-
-
-def random_blocks(rng, T, S, block_q, block_kv, *, patterns=3, every_row_sees=True):
-    """A mask drawn block by block: each block empty, full or one of a few partial
-    patterns (so that patterns repeat). every_row_sees: each query sees a key.
-
-    What the checks rely on holds whatever the seed: each row of tiles holds a full, an
-    empty and a partial tile (as far as it is long), and from 4 tiles on, an odd row has
-    one empty tile more than an even one, so the lists of tiles to visit differ in
-    length (the shorter ones padded)."""
-    pool = rng.uniform((patterns, block_q, block_kv)) < 0.5
-    if every_row_sees:  # each row of a pattern sees one key at least
-        pool[np.arange(patterns)[:, None], np.arange(block_q)[None, :],
-             rng.integers((patterns, block_q), 0, block_kv)] = True
-    pool[:, 0, 0], pool[:, -1, -1] = True, False   # partial for sure
-    nq, nkv = T // block_q, S // block_kv
-    kind = rng.integers((nq, nkv), -1, patterns)   # -2 empty, -1 full, else a pattern
-    empty_before = None
-    for i in range(nq):
-        # Every kind in each row (as far as the row is long); the empty tile, order[1],
-        # never where the row above had its own, nor last in row 0.
-        order = [int(j) for j in rng.permutation(nkv)]
-        if nkv > 1 and order[1] in (empty_before, nkv - 1 if i == 0 else None):
-            order[0], order[1] = order[1], order[0]
-        kind[i, order[:3]] = [-1, -2, 0][:min(3, nkv)]
-        if nkv > 3 and i % 2:
-            kind[i, order[3]] = -2                 # one more empty tile: a shorter list
-        empty_before = order[1] if nkv > 1 else None
-    kind[0, -1] = max(kind[0, -1], -1)   # row 0 ends on a tile with keys: its last step counts
-    mask = np.zeros((T, S), bool)
-    for i, j in np.ndindex(nq, nkv):
-        block = (slice(i * block_q, (i + 1) * block_q), slice(j * block_kv, (j + 1) * block_kv))
-        mask[block] = True if kind[i, j] == -1 else False if kind[i, j] == -2 \
-            else pool[kind[i, j]]
-    return mask
-
-
-def blocks_of(mask, block_q, block_kv):
-    """(index, block) for every (q block, kv block) of mask [..., T, S], row-major."""
-    *lead, T, S = mask.shape
-    for *head, i, j in np.ndindex(*lead, T // block_q, S // block_kv):
-        yield (*head, i, j), mask[(*head, slice(i * block_q, (i + 1) * block_q),
-                                   slice(j * block_kv, (j + 1) * block_kv))]
-
-
-def categories_of(mask, block_q, block_kv):
-    *lead, T, S = mask.shape
-    categories = np.zeros((*lead, T // block_q, S // block_kv), np.int8)
-    for at, block in blocks_of(mask, block_q, block_kv):
-        categories[at] = FULL if block.all() else PARTIAL if block.any() else EMPTY
-    return categories
-
-
-# --- the tables, as the kernel needs them ------------------------------------
-
-def ahead(values, needed):
-    """Every entry not needed takes the value of the next needed entry of its table
-    [R, C] (row-major, the grid's order), the last needed one's after it, 0 if none."""
-    values = np.array(values)
-    for table in np.ndindex(values.shape[:-2]):
-        flat, keep = values[table].reshape(-1), np.asarray(needed)[table].reshape(-1)
-        kept = np.flatnonzero(keep)
-        for p in np.flatnonzero(~keep):
-            later = kept[kept > p]
-            flat[p] = flat[later[0]] if later.size else flat[kept[-1]] if kept.size else 0
-        values[table] = flat.reshape(values[table].shape)
-    return values
-
-
-def compacted(categories):
-    """(data_next, block_mask) [..., T/block_q, width] as compact() returns them."""
-    *lead, nq, nkv = categories.shape
-    width = max(1, int((categories != EMPTY).sum(axis=-1).max(initial=0)))
-    data_next = np.zeros((*lead, nq, width), np.int32)
-    block_mask = np.zeros((*lead, nq, width), np.int32)
-    for row in np.ndindex(*lead, nq):
-        visit = [j for j in range(nkv) if categories[row][j] != EMPTY]
-        data_next[row][:len(visit)] = visit
-        block_mask[row][:len(visit)] = [categories[row][j] for j in visit]
-    return ahead(data_next, block_mask != EMPTY), block_mask
-
-
-def deduplicated(mask, block_q, block_kv):
-    """(mask_blocks [P, block_q, block_kv], block_index [..., T/block_q, S/block_kv])."""
-    stored = []
-    index = np.zeros(categories_of(mask, block_q, block_kv).shape, np.int32)
-    for at, block in blocks_of(mask, block_q, block_kv):
-        if block.any() and not block.all():
-            same = [n for n, kept in enumerate(stored) if np.array_equal(kept, block)]
-            if not same:
-                stored.append(block)
-            index[at] = same[0] if same else len(stored) - 1
-    return np.stack(stored or [np.zeros((block_q, block_kv), bool)]), index
-
-
-def tables_for(mask, N, block_q, block_kv, *, store="distinct"):
-    """(data_next, block_mask, mask_next) [N, T/block_q, width] and the stored mask
-    blocks, for a mask [T, S] or [N, T, S]. store: "distinct" (one block per partial
-    pattern) or "every" (every block of the mask, in row-major order)."""
-    heads = mask if mask.ndim == 3 else mask[None]
-    data_next, block_mask = compacted(categories_of(heads, block_q, block_kv))
-    if store == "distinct":
-        mask_blocks, index = deduplicated(heads, block_q, block_kv)
-    else:
-        M, T, S = heads.shape
-        nq, nkv = T // block_q, S // block_kv
-        mask_blocks = heads.reshape(M, nq, block_q, nkv, block_kv).swapaxes(2, 3) \
-            .reshape(-1, block_q, block_kv)
-        index = np.arange(M * nq * nkv, dtype=np.int32).reshape(M, nq, nkv)
-    mask_next = ahead(np.take_along_axis(index, data_next, axis=-1), block_mask == PARTIAL)
-    tables = [np.ascontiguousarray(np.broadcast_to(t, (N, *t.shape[1:])))
-              for t in (data_next, block_mask, mask_next)]
-    return (*tables, mask_blocks)
-
-
-# --- attention in float64 NumPy: the expected values ----------------------------
-
-def attention(q, k, v, mask, *, sm_scale=None, head_of=None):
-    """o [B, N, T, H] in float64 for mask [T, S] or [N, T, S]; a query that sees no
-    key gets 0. Query head n reads K/V head head_of(n) (default n // (N // K))."""
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    (_, N, _, H), K = q.shape, k.shape[1]
-    heads = [head_of(n) if head_of else n // (N // K) for n in range(N)]
-    s = np.einsum("bnth,bnsh->bnts", q, k[:, heads])
-    s *= 1 / math.sqrt(H) if sm_scale is None else sm_scale
-    s = np.where(np.broadcast_to(mask, (N, *mask.shape[-2:]))[None], s, -np.inf)
-    m = s.max(axis=-1, keepdims=True)
-    e = np.exp(s - np.where(np.isfinite(m), m, 0))
-    l = e.sum(axis=-1, keepdims=True)
-    return (e @ v[:, heads]) / np.where(l == 0, 1, l)
-
-
-def following(q, k, v, tables, *, sm_scale=None, kv_of=None, mask_of=None, category_of=None,
-              l_rescaled=True, full_masked=False, folded=(FULL, PARTIAL), stored_at=None):
-    """o in float64 of a kernel that follows tables = (data_next, block_mask, mask_next,
-    mask_blocks) step by step, folding each visited block into a running max, sum and
-    accumulator as online_softmax_step does (a query that sees no key gets 0). Known
-    wrong kernels: kv_of(n, i, j) / mask_of(n, i, j) / category_of(n, i, j) replace the kv
-    block, the stored mask block and the category a step reads (a wrong index map or
-    table read); stored_at: the output stored after that step of the list, not the
-    last (NaN if the list is shorter: never stored); l_rescaled=False leaves the running sum
-    unconverted when the max moves (l + sum(p), not alpha * l + sum(p)); full_masked
-    applies the stored block mask_next names on FULL steps too; folded: the categories
-    of the steps folded (the others are skipped)."""
-    data_next, block_mask, mask_next, mask_blocks = tables
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    (B, N, T, H), K = q.shape, k.shape[1]
-    block_q, block_kv = mask_blocks.shape[1:]
-    scale = 1 / math.sqrt(H) if sm_scale is None else sm_scale
-    o = np.zeros(q.shape)
-    for b, n, i in np.ndindex(B, N, T // block_q):
-        rows = slice(i * block_q, (i + 1) * block_q)
-        m, l, acc = np.full((block_q, 1), -np.inf), np.zeros((block_q, 1)), np.zeros((block_q, H))
-        o[b, n, rows] = np.nan   # until stored
-        for j in range(data_next.shape[-1]):
-            if j - 1 == stored_at:
-                break
-            category = category_of(n, i, j) if category_of else block_mask[n, i, j]
-            if category not in folded:
-                continue
-            kv = kv_of(n, i, j) if kv_of else data_next[n, i, j]
-            cols = slice(kv * block_kv, (kv + 1) * block_kv)
-            s = q[b, n, rows] @ k[b, n // (N // K), cols].T * scale
-            stored = mask_blocks[mask_of(n, i, j) if mask_of else mask_next[n, i, j]]
-            visible = stored if category == PARTIAL or full_masked else np.ones_like(stored)
-            m_new = np.maximum(m, np.where(visible, s, -np.inf).max(axis=-1, keepdims=True))
-            seen = np.isfinite(m_new)             # rows with a visible key so far
-            shift = np.where(seen, m_new, 0)
-            alpha = np.where(seen, np.exp(m - shift), 1)
-            p = np.where(visible & seen, np.exp(s - shift), 0)
-            l = (alpha * l if l_rescaled else l) + p.sum(axis=-1, keepdims=True)
-            acc = alpha * acc + p @ v[b, n // (N // K), cols]
-            m = m_new
-        if stored_at is None or stored_at < data_next.shape[-1]:
-            o[b, n, rows] = acc / np.where(l == 0, 1, l)
-    return o
-
-
-def inputs(rng, B, N, K, T, S, H, dtype="float32", scale=1.0, shift=0.0):
-    """q [B, N, T, H], k, v [B, K, S, H]. shift: every score of a query raised by about
-    `shift` (q and k share a large first coordinate). Softmax does not see it, a running
-    max kept in bfloat16 does: bfloat16's spacing is 0.5 between 64 and 128."""
-    q, k, v = (rng.normal((B, N, T, H), dtype, scale=scale), rng.normal((B, K, S, H), dtype),
-               rng.normal((B, K, S, H), dtype))
-    if shift:
-        q[..., 0] = k[..., 0] = math.sqrt(shift * math.sqrt(H))
-    return q, k, v
-
-
-def dot_flops(steps, block_q, block_kv, H):
-    """Two (block_q x H) @ (H x block_kv)-sized dots per computed block."""
-    return steps * 2 * 2 * block_q * block_kv * H
-
-
-def long_prompt(T, S, block_kv, shorter=0):
-    """Every query sees a prompt that ends half-way through the third kv block from the
-    end (`shorter` blocks earlier): full tiles, one partial tile, then empty ones (the
-    queries, T <= the prompt, see nothing past it)."""
-    return causal(T, S, prefix=S - (2 + shorter) * block_kv - block_kv // 2)
-
-
-# The masks of the kernel puzzles' configurations, from (rng, T, S, block_q, block_kv);
-# head: which head of a mask per head (the prompts differ in length from head to head).
-MASKS = {"causal": lambda rng, T, S, bq, bkv, head=0: causal(T, S),
-         "random": lambda rng, T, S, bq, bkv, head=0: random_blocks(rng, T, S, bq, bkv),
-         "prompt": lambda rng, T, S, bq, bkv, head=0: long_prompt(T, S, bkv, 5 * head)}
-
-# How the scores of each configuration are spread (inputs' scale and shift): wide, so
-# that the running max moves; on the long configurations, near one another (many keys
-# count) and shifted by about 100, where bfloat16 can only tell values 0.5 apart.
-SCORES = {"causal": dict(scale=3.0), "random": dict(scale=3.0),
-          "prompt": dict(scale=1.0, shift=100.0)}
 
 
 # 1 -------------------------------------------------------------------------
@@ -428,39 +195,6 @@ def test_skip_empty_online_softmax_step(chunks, rng):
 
 
 # 3 -------------------------------------------------------------------------
-FAMILIES = {   # name: (make_mask options, the mask they mean), from (T, S, rng)
-    "causal": lambda T, S, rng: (dict(causal=True), causal(T, S)),
-    "window": lambda T, S, rng: (lambda left, right: (
-        dict(window=(left, right)), window(T, S, left, right)))(
-            *(int(x) for x in rng.integers((2,), 1, 12))),
-    "lookahead": lambda T, S, rng: (lambda right: (
-        dict(window=(None, right)), window(T, S, None, right)))(int(rng.integers((), 0, 6))),
-    "sliding": lambda T, S, rng: (lambda left: (
-        dict(causal=True, window=(left, None)), causal(T, S) & window(T, S, left, None)))(
-            int(rng.integers((), 2, 10))),
-    "prefix": lambda T, S, rng: (lambda prefix: (
-        dict(causal=True, prefix=prefix), causal(T, S, prefix=prefix)))(
-            int(rng.integers((), 3, min(T, S) - 2))),
-    "segments": lambda T, S, rng: (lambda q_ids, kv_ids: (
-        dict(segments=(q_ids, kv_ids)), q_ids[:, None] == kv_ids[None, :]))(
-            np.sort(rng.integers((T,), 0, 4)), np.sort(rng.integers((S,), 0, 4))),
-    "causal documents": lambda T, S, rng: (lambda ids: (
-        dict(causal=True, segments=(ids[:T], ids[:S])),
-        causal(T, S) & (ids[:T, None] == ids[None, :S])))(np.sort(rng.integers((max(T, S),),
-                                                                                 0, 5))),
-}
-
-
-def expected_with(options, T, S, causal_rule):
-    """The mask make_mask(T, S, **options) means, its causal part replaced by
-    causal_rule [T, S] (a known wrong answer's)."""
-    visible = causal_rule.copy() if options.get("causal") else np.ones((T, S), bool)
-    if options.get("window") is not None:
-        visible &= window(T, S, *options["window"])
-    if options.get("segments") is not None:
-        q_ids, kv_ids = options["segments"]
-        visible &= q_ids[:, None] == kv_ids[None, :]
-    return visible
 
 
 @puzzle("splash.families")
@@ -605,56 +339,7 @@ def test_compact(heads, nq, nkv, empty_rows, rng):
           blocks=(1,) * block_mask.ndim, likely=likely)
 
 
-def previous_filled(data_next, padding):
-    """Padding entries that repeat the entry before them (0 at a table's start)."""
-    out = np.array(data_next)
-    for table in np.ndindex(out.shape[:-2]):
-        flat, pad = out[table].reshape(-1), padding[table].reshape(-1)
-        for p in range(flat.size):
-            if pad[p]:
-                flat[p] = flat[p - 1] if p else 0
-        out[table] = flat.reshape(out[table].shape)
-    return out
-
-
 # 5 -------------------------------------------------------------------------
-def mask_budget(tables, B):
-    """Mask bytes when each head fetches a stored block only for its partial steps."""
-    partial = (tables[1] == PARTIAL).reshape(tables[1].shape[0], -1).sum(axis=1)
-    return B * int(np.maximum(partial, 1).sum()) * int(np.prod(tables[3].shape[1:]))
-
-
-def needed_kv(tables, B, K, block_kv, H, itemsize):
-    """K and V bytes if every block some query needs were fetched once per kv head."""
-    data_next, block_mask = tables[:2]
-    N = data_next.shape[0]
-    needed = {(n // (N // K), kv) for n, i, j in zip(*np.nonzero(block_mask))
-              for kv in [data_next[n, i, j]]}
-    return 2 * B * len(needed) * block_kv * H * itemsize
-
-
-def kv_copies(tables, B, K, block_kv, H, itemsize):
-    """K and V bytes that the tables make a pipeline move: a block is copied where a step's
-    (batch, K/V head, kv block) differs from the step before it (padding names a block
-    that is already there or needed next, so it copies nothing of its own)."""
-    data_next = tables[0]
-    N = data_next.shape[0]
-    steps = [(b, n // (N // K), int(kv)) for b in range(B) for n in range(N)
-             for kv in data_next[n].reshape(-1)]
-    copies = sum(1 for before, step in zip([None] + steps, steps) if step != before)
-    return 2 * copies * block_kv * H * itemsize
-
-
-def check_kv_traffic(ran, k, v, budget):
-    """The bytes moved for K and V, found by which input they come from (BlockSpec copies
-    and DMAs of your own, wherever they sit in the call): at most `budget`."""
-    moved = ran.bytes_from(k) + ran.bytes_from(v)
-    if moved > budget:
-        fail("kv_traffic", "your kernel fetches more K/V bytes than the visited blocks: "
-             "each step of the grid should fetch the K/V block its table names, and a "
-             "step with nothing to do should name a block that is already there.",
-             [("K and V", f"moved: yours {moved} B · the visited blocks, each copied once "
-                          f"where the tables name it {budget} B")])
 
 
 def sparse_structure(B, N, T, H, tables):
@@ -813,9 +498,6 @@ def test_dedup(heads, T, S, block_q, block_kv, shape, rng):
 
 
 # 7 -------------------------------------------------------------------------
-def padded(n, block):
-    block = min(block, cdiv(n, 8) * 8)
-    return block, cdiv(n, block) * block
 
 
 @puzzle("splash.multihead")
@@ -919,33 +601,6 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
     check_traffic(ran, reference=2 * q_bytes + kv + mask_budget(tables, B),
                   minimum=2 * q_bytes + needed_kv(tables, B, K, block_kv, H, itemsize))
     lowers_for_tpu(ran)
-
-
-def columns_as_mask_next(heads, tables):
-    """mask_of(n, i, j) of tables whose mask_next took block_index's first `width`
-    columns (filled ahead) instead of looking block_index up at data_next."""
-    block_q, block_kv = tables[3].shape[1:]
-    index = deduplicated(heads, block_q, block_kv)[1]
-    block_mask = tables[1][:len(heads)]
-    columns = ahead(index[..., :block_mask.shape[-1]], block_mask == PARTIAL)
-    return lambda n, i, j: columns[min(n, len(columns) - 1), i, j]
-
-
-def check_mask_store(ran, tables):
-    """The operands of your kernel that come from no input (the mask blocks, and any
-    other array your function builds; prefetched tables are not among them) hold no
-    more than the distinct partial patterns."""
-    block_q, block_kv = tables[3].shape[1:]
-    stored = ran.blocks_from(None)
-    stored_bytes = sum(math.prod(b.array_shape) * np.dtype(b.dtype).itemsize for b in stored)
-    distinct = len(tables[3]) * block_q * block_kv
-    if stored_bytes > distinct:
-        shapes = " + ".join(f"{b.array_shape} {np.dtype(b.dtype).name}" for b in stored)
-        fail("mask_store", "the mask blocks your kernel reads take more memory than the "
-             "distinct partial patterns: store each pattern once (dedup_blocks) and point "
-             "the partial steps at it (mask_next).",
-             [("stored", f"yours {shapes} = {stored_bytes} B · {len(tables[3])} distinct "
-                         f"patterns = {distinct} B")])
 
 
 @puzzle("splash.multihead")
