@@ -23,14 +23,13 @@ everything about them is known before the kernel is built. The masks here are
 made by the tests themselves, not by your make_mask.
 """
 import functools
-import math
 
 import jax
 import numpy as np
 import pytest
 
 from pytest_pallas_hints import (Structure, chapter, check, check_traffic, check_work, fail,
-                                 lowers_for_tpu, measure)
+                                 lowers_for_tpu, measure, tpu_sized)
 from pytest_pallas_hints.lessons.splash import (
     EMPTY, FULL, MASKS, PARTIAL, SCORES, FAMILIES, ahead, attention, blocks_of, categories_of,
     causal, check_kv_traffic, check_mask_store, columns_as_mask_next, compacted, deduplicated,
@@ -46,10 +45,6 @@ on_tpu = pytest.mark.tpu
 # What each kernel lesson requires of your program, checked from its trace: your own
 # kernel computes the scores and the softmax, and reads a scalar-prefetched table.
 ATTENTION = Structure(inside={"dot_general", "exp"}, prefetch=True)
-
-
-def is_tpu_size(*dims):
-    return math.prod(dims) > 2 ** 26
 
 
 # 1 -------------------------------------------------------------------------
@@ -137,7 +132,7 @@ def test_skip_empty(B, N, T, S, H, block_q, block_kv, shape, dtype, rng):
                   "l_not_rescaled": lambda: following(
                       q, k, v, tables_for(mask, N, block_q, block_kv), l_rescaled=False)
                   .astype(dtype)})
-    if is_tpu_size(B, N, T, S):
+    if tpu_sized():
         return
     visited = int((categories != EMPTY).sum())
     check_work(ran, flops=B * N * dot_flops(visited, block_q, block_kv, H),
@@ -391,7 +386,7 @@ def test_sparse_grid(B, N, K, T, S, H, block_q, block_kv, shape, store, dtype, r
                                                    head_of=lambda n: n % K).astype(dtype),
                   "l_not_rescaled": wrong(l_rescaled=False),
                   "full_masked": wrong(full_masked=True)})
-    if is_tpu_size(B, N, T, S):
+    if tpu_sized():
         return
     steps = B * int((block_mask != EMPTY).sum())
     check_work(ran, flops=dot_flops(steps, block_q, block_kv, H),
@@ -539,7 +534,7 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
                          q_ids[:, None] == ids[None, :]])
         mask[2, 5] = False                                     # a query that sees no key
     elif shape == "sliding":
-        mask = causal(T, S) & window(T, S, 1024 if is_tpu_size(B, N, T, S) else 40, None)
+        mask = causal(T, S) & window(T, S, 1024 if tpu_sized() else 40, None)
     elif shape == "hidden":
         mask = np.zeros((T, S), bool)
     else:
@@ -589,7 +584,7 @@ def test_multihead(B, N, K, T, S, H, block_q, block_kv, shape, dtype, rng):
                   "mask_next_not_looked_up": lambda: wrong(
                       mask_of=columns_as_mask_next(heads, tables))(),
                   "l_not_rescaled": wrong(l_rescaled=False)})
-    if is_tpu_size(B, N, T, S) or shape not in ("per head", "sliding"):
+    if tpu_sized() or shape not in ("per head", "sliding"):
         return
     block_mask = tables[1]
     check_work(ran, flops=dot_flops(B * int((block_mask != EMPTY).sum()), block_q, block_kv, H))

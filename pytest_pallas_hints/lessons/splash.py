@@ -16,15 +16,10 @@ import math
 
 from ..checking import fail
 from ..frozen import np
+from .common import cdiv
 
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
-
-
-
-def cdiv(a, b):
-    return -(-a // b)
-
 
 
 # --- masks, made here (not by your make_mask) --------------------------------
