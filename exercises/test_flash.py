@@ -17,8 +17,9 @@ import jax
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, chapter, check, check_structure, check_traffic,
-                                 check_work, fail, lowers_for_tpu, measure, run_jax)
+from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_structure,
+                                 check_traffic, check_work, fail, lowers_for_tpu, measure,
+                                 run_jax, tpu_sized)
 from pytest_pallas_hints.lessons.flash import (
     attention, attention_grads, check_causal, check_grid, dot_flops, inputs, kv_fetches,
     online_variants, scores, strided_group, visible_blocks)
@@ -192,7 +193,7 @@ def test_causal(B, N, T, S, H, block_q, block_kv, rng):
     ran = measure(flash.flash_causal, q, k, v, block_q=block_q, block_kv=block_kv,
                   structure=grid_structure(B, N, T, S, H, block_q, block_kv))
     check_causal(ran, q, k, v, block_q, block_kv)
-    if B * N * T * S > 2 ** 24:  # the tpu config: values only
+    if tpu_sized():  # values only
         return
     visible = len(visible_blocks(T, S, block_q, block_kv))
     every = (T // block_q) * (S // block_kv)
@@ -349,20 +350,20 @@ def test_gqa(B, N, K, T, S, H, causal, dtype, rng):
         # Blocks shrink to the sequence rounded up to 8 rows, then the sequence is
         # padded to whole blocks: T=60 -> one 64-row q block, S=255 -> two 128-key
         # blocks. Two dots (s = q k^T, p v) per (q block, kv block) pair per head.
-        block_q, block_kv = min(128, -(-T // 8) * 8), min(128, -(-S // 8) * 8)
+        block_q, block_kv = min(128, cdiv(T, 8) * 8), min(128, cdiv(S, 8) * 8)
         ran = measure(flash.flash_attention, q, k, v, causal=causal,
-                      structure=grid_structure(B, N, -(-T // block_q) * block_q,
-                                               -(-S // block_kv) * block_kv, H, block_q,
+                      structure=grid_structure(B, N, cdiv(T, block_q) * block_q,
+                                               cdiv(S, block_kv) * block_kv, H, block_q,
                                                block_kv).where(outside=padding))
         o = ran.output
-        pairs = -(-T // block_q) * -(-S // block_kv)
+        pairs = cdiv(T, block_q) * cdiv(S, block_kv)
         check_work(ran, flops=dot_flops(B * N * pairs, 2, block_q, block_kv, H))
 
     def modulo():
         return attention(q, k, v, causal=causal, head_of=lambda n: n % K)[0].astype(dtype)
 
     def padded_keys_seen():  # S padded with zero keys up to a whole block, none masked
-        block_kv = min(128, -(-S // 8) * 8)
+        block_kv = min(128, cdiv(S, 8) * 8)
         pad = ((0, 0), (0, 0), (0, -S % block_kv), (0, 0))
         return attention(q, np.pad(k, pad), np.pad(v, pad), causal=causal)[0].astype(dtype)
 
