@@ -22,6 +22,9 @@ import pytest
 
 from pytest_pallas_hints import (Structure, chapter, check, check_overlap, check_traffic,
                                  check_vmem, check_work, fail, lowers_for_tpu, measure)
+from pytest_pallas_hints.lessons.pipelining import (
+    cdiv, check_column_sum, check_empty_sequences, check_in_flight, check_own_copies,
+    check_rows_copied_once, decode_attention, last_block_only, m_starts_at_zero, paged_inputs)
 
 pipelining = chapter("pipelining")
 
@@ -32,92 +35,6 @@ on_tpu = pytest.mark.tpu
 # of your own that starts DMAs and waits for them, with the puzzle's work inside
 # it; nothing but reshapes around it.
 MANUAL = Structure(inside={"dma_start", "dma_wait"})
-
-
-def cdiv(a, b):
-    return -(-a // b)
-
-
-# --- what your DMAs did ------------------------------------------------------
-
-def dma_traffic(ran, direction):
-    """(bytes, copies) your kernels' own DMAs moved: "read" HBM -> VMEM, "written"
-    VMEM -> HBM (a BlockSpec's traffic is not in it)."""
-    mine = [o for o in ran.traffic.operands if o.name.startswith("DMA ")
-            and o.direction == direction]
-    return sum(o.bytes for o in mine), sum(o.copies for o in mine)
-
-
-def in_flight(ran):
-    """The most copies your kernels had in flight at once."""
-    return max(counts.most_in_flight for counts in ran.steps)
-
-
-def check_own_copies(ran, *, read=None, written=None, copies=None, what="x",
-                     how="through pltpu.make_async_copy"):
-    """The bytes the lesson moves by hand went through your own DMAs: `read` bytes
-    HBM -> VMEM (in `copies` copies, where given), `written` bytes VMEM -> HBM."""
-    for direction, expected in (("read", read), ("written", written)):
-        if expected is None:
-            continue
-        moved, count = dma_traffic(ran, direction)
-        if moved != expected:
-            where = "HBM -> VMEM" if direction == "read" else "VMEM -> HBM"
-            fail("not_by_hand", (
-                f"your own DMAs moved {moved} B {where}, the puzzle's copies move "
-                f"{expected} B: {what} must stay in HBM (pl.BlockSpec(memory_space=pl.ANY)) "
-                f"and travel {how}: not through a BlockSpec that copies it for you, and "
-                "not by indexing the HBM ref itself, which a TPU kernel cannot load from."),
-                [("dma", f"{direction}: yours {moved} B in {count} copies · expected "
-                         f"{expected} B")])
-        if direction == "read" and copies is not None and count < copies:
-            fail("copies", (
-                f"your kernel read {what} in {count} DMA{'s' * (count != 1)}; the puzzle "
-                f"copies one chunk at a time, {copies} copies: a copy of the whole array "
-                "needs VMEM for all of it, which a long array does not have."),
-                [("dma", f"yours {count} copies · one per chunk: {copies}")])
-        if direction == "read" and copies is not None and count > copies:
-            fail("copies_many", (
-                f"your kernel read {what} in {count} DMAs, more than its {copies} chunks: "
-                "each copy moves one whole chunk of rows, and there is one per chunk "
-                "(smaller pieces pay a DMA's fixed cost more often)."),
-                [("dma", f"yours {count} copies · one per chunk: {copies}")])
-
-
-def check_rows_copied_once(ran, x, *, chunk):
-    """Your copies read every row of x exactly once (where they read x at all): the
-    chunks tile x, none dropped, none read twice."""
-    copied = ran.copies_of(x).min(axis=tuple(range(1, x.ndim)))
-    if not copied.any() or (copied == 1).all():
-        return
-    never, twice = np.flatnonzero(copied == 0), np.flatnonzero(copied > 1)
-    facts = [(label, spans(rows)) for label, rows in (("never read", never),
-                                                     ("read twice", twice)) if len(rows)]
-    fail("coverage", (
-        f"your copies do not read each row of x once: chunk i is rows i * chunk to "
-        f"(i + 1) * chunk - 1, x_hbm.at[pl.ds(i * chunk, chunk)] (pl.ds takes the first "
-        "row and the number of rows), and the loop visits every chunk once, from 0 to "
-        f"S // chunk - 1 (S={x.shape[0]}, chunk={chunk})."), facts)
-
-
-def spans(rows) -> str:
-    """'rows 0-15, 48-63' for the sorted row numbers given."""
-    parts, start = [], rows[0]
-    for a, b in zip(rows, list(rows[1:]) + [None]):
-        if b is None or b != a + 1:
-            parts.append(f"{start}-{a}" if a != start else f"{start}")
-            start = b
-    return "rows " + ", ".join(parts)
-
-
-def check_in_flight(ran, *, at_least, why):
-    """At some moment at least `at_least` copies were in flight together."""
-    most = in_flight(ran)
-    if most < at_least:
-        fail("copies_not_overlapped", (
-            f"your copies overlap too little: at most {most} in flight at once, where the "
-            f"puzzle's schedule has {at_least}. {why}"),
-            [("in flight", f"yours at most {most} · the puzzle's schedule {at_least}")])
 
 
 # 1 -------------------------------------------------------------------------
@@ -138,18 +55,6 @@ def test_one_copy(M, D, dtype, rng):
 
 
 # 2 -------------------------------------------------------------------------
-def column_sums(x, chunk):
-    """The expected sum, and the wrong answers a chunk loop is known to give."""
-    chunks = x.astype(np.float64).reshape(-1, chunk, x.shape[1]).sum(axis=1)
-    return {"expected": chunks.sum(axis=0, keepdims=True),
-            "first_chunk_only": chunks[:1] * len(chunks),   # the same chunk every time
-            "last_chunk_only": chunks[-1:]}                 # each chunk replaced the total
-
-
-def check_column_sum(ran, x, chunk):
-    sums = {name: value.astype(x.dtype) for name, value in column_sums(x, chunk).items()}
-    expected = sums.pop("expected")
-    check(ran, expected, tolerance=1e-4 if x.dtype == np.float32 else None, likely=sums)
 
 
 @puzzle("pipelining.copy_loop")
@@ -287,43 +192,6 @@ def test_emit_pipeline(S, D, chunk, rng):
 PAGED = MANUAL.where(inside={"dma_start", "dma_wait", "dot_general", "exp"}, prefetch=True)
 
 
-def paged_inputs(rng, B, N, K, H, L, pages_per_sequence, dtype, far_below=None):
-    """q, a pool of K/V pages twice the size the sequences need, and a page table that
-    scatters each sequence's pages over the pool. ``far_below``: a sequence whose every
-    score lies far below zero (near -300: exp of a score underflows, so a running max
-    that starts at 0 instead of -inf loses the whole sequence)."""
-    P = 2 * B * pages_per_sequence
-    q = rng.normal((B, N, H), dtype)
-    k_pages, v_pages = rng.normal((K, P, L, H), dtype), rng.normal((K, P, L, H), dtype)
-    if far_below is not None:
-        k_pages = (k_pages + 2).astype(dtype)
-        q[far_below] = (-np.abs(q[far_below]) - 0.5).astype(dtype)
-    page_indices = rng.permutation(P)[:B * pages_per_sequence].astype(np.int32)
-    return q, k_pages, v_pages, page_indices.reshape(B, pages_per_sequence)
-
-
-def decode_attention(q, k_pages, v_pages, lengths, page_indices, *, head_of=None,
-                     visible=None):
-    """Attention of one query per sequence over its first lengths[b] tokens, in float64:
-    the pages of sequence b, in page-table order, are its K/V. Query head n reads K/V
-    head head_of(n) (default n // (N // K)); visible(b) overrides how many tokens
-    sequence b sees."""
-    B, N, H = q.shape
-    K, _, L, _ = k_pages.shape
-    out = np.zeros((B, N, H))
-    for b in range(B):
-        seen = visible(b) if visible else lengths[b]
-        if seen == 0:
-            continue
-        k = k_pages[:, page_indices[b]].reshape(K, -1, H)[:, :seen].astype(np.float64)
-        v = v_pages[:, page_indices[b]].reshape(K, -1, H)[:, :seen].astype(np.float64)
-        heads = [head_of(n) if head_of else n // (N // K) for n in range(N)]
-        s = np.einsum("nh,nth->nt", q[b].astype(np.float64), k[heads])
-        p = np.exp(s - s.max(axis=1, keepdims=True))
-        out[b] = np.einsum("nt,nth->nh", p / p.sum(axis=1, keepdims=True), v[heads])
-    return out
-
-
 @puzzle("pipelining.paged_attention")
 @pytest.mark.parametrize("B, N, K, H, L, pages_per_sequence, pages_per_block, lengths, dtype", [
     pytest.param(4, 4, 2, 128, 8, 4, 2, (1, 24, 13, 0), "float32",
@@ -387,55 +255,6 @@ def test_paged_attention(B, N, K, H, L, pages_per_sequence, pages_per_block, len
                           "wait for the pages of block i: block i's scores and p @ v are "
                           "then computed while the next pages land."))
     lowers_for_tpu(ran)
-
-
-def check_empty_sequences(ran, lengths):
-    """A sequence of length 0 gives zeros, never NaN."""
-    nan = np.isnan(np.asarray(ran.output, np.float32)).any(axis=(1, 2))
-    if nan.any() and (nan == (lengths == 0)).all():
-        fail("empty_sequence_nan", (
-            "the sequences of length 0 came out NaN: with no token the softmax has nothing "
-            "to sum, and acc / l is 0 / 0. A sequence of length 0 gives zeros."),
-            [("nan", f"sequences {', '.join(map(str, np.flatnonzero(nan)))}: length 0")])
-
-
-def last_block_only(q, k_pages, v_pages, lengths, page_indices, tokens_per_block, dtype):
-    """Each sequence attends over the tokens of its last block only (the running state
-    restarted at every block)."""
-    K, _, _, H = k_pages.shape
-    out = np.zeros(q.shape)
-    for b, n in enumerate(lengths):
-        if n:
-            start = (n - 1) // tokens_per_block * tokens_per_block
-            k = k_pages[:, page_indices[b]].reshape(K, -1, H)[:, start:n]
-            v = v_pages[:, page_indices[b]].reshape(K, -1, H)[:, start:n]
-            out[b] = attend(q[b], k, v)
-    return out.astype(dtype)
-
-
-def m_starts_at_zero(q, k_pages, v_pages, lengths, page_indices, dtype):
-    """The running max started at 0, not -inf: a sequence whose every score is far below
-    zero has exp(s - 0) = 0 everywhere, so l = 0 and acc / l gives zeros (or NaN)."""
-    out = decode_attention(q, k_pages, v_pages, lengths, page_indices)
-    B, N, H = q.shape
-    K = k_pages.shape[0]
-    for b in range(B):
-        k = k_pages[:, page_indices[b]].reshape(K, -1, H)[:, :lengths[b]]
-        scores = np.einsum("nh,nth->nt", q[b].astype(np.float64),
-                           k[[n // (N // K) for n in range(N)]].astype(np.float64))
-        if lengths[b] and scores.max() < -150:
-            out[b] = 0.0
-    return out.astype(dtype)
-
-
-def attend(q, k, v):
-    """q [N, H] over k, v [K, T, H] in float64; query head n reads K/V head n // (N // K)."""
-    N, K = q.shape[0], k.shape[0]
-    heads = [n // (N // K) for n in range(N)]
-    s = np.einsum("nh,nth->nt", q.astype(np.float64), k[heads].astype(np.float64))
-    p = np.exp(s - s.max(axis=1, keepdims=True))
-    return np.einsum("nt,nth->nh", p / p.sum(axis=1, keepdims=True),
-                     v[heads].astype(np.float64))
 
 
 @puzzle("pipelining.paged_attention")
