@@ -20,10 +20,11 @@ marked `tpu` run realistic sizes on a real TPU and are skipped elsewhere.
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, chapter, check, check_overlap, check_traffic,
-                                 check_vmem, check_work, fail, lowers_for_tpu, measure)
+from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_overlap,
+                                 check_traffic, check_vmem, check_work, fail, lowers_for_tpu,
+                                 measure)
 from pytest_pallas_hints.lessons.pipelining import (
-    cdiv, check_column_sum, check_empty_sequences, check_in_flight, check_own_copies,
+    check_column_sum, check_empty_sequences, check_in_flight, check_own_copies,
     check_rows_copied_once, decode_attention, last_block_only, m_starts_at_zero, paged_inputs)
 
 pipelining = chapter("pipelining")

@@ -15,10 +15,6 @@ from ..checking import check, fail
 from ..frozen import np
 
 
-def cdiv(a, b):
-    return -(-a // b)
-
-
 # --- what your DMAs did ------------------------------------------------------
 
 def dma_traffic(ran, direction):
