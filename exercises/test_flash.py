@@ -10,19 +10,17 @@ divide, bfloat16), then checks that the kernels would compile for a real TPU.
 Two tests count the bytes your kernels move between HBM and VMEM. Tests
 marked `tpu` run realistic sizes on a real TPU and are skipped elsewhere.
 """
-import functools
-import math
-
 import jax
 import numpy as np
 import pytest
 
 from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_structure,
-                                 check_traffic, check_work, fail, lowers_for_tpu, measure,
+                                 check_traffic, check_work, lowers_for_tpu, measure,
                                  run_jax, tpu_sized)
-from pytest_pallas_hints.lessons.flash import (
-    attention, attention_grads, check_causal, check_grid, dot_flops, inputs, kv_fetches,
-    online_variants, scores, strided_group, visible_blocks)
+# The right answers (float64 NumPy attention and its gradients) and the inputs drawn:
+from pytest_pallas_hints.lessons.flash import attention, attention_grads, inputs, per_group
+# What the kit knows besides: known wrong answers, budgets, the chapter's own checks.
+from pytest_pallas_hints.lessons import flash as lesson
 
 flash = chapter("flash")
 
@@ -35,14 +33,6 @@ on_tpu = pytest.mark.tpu
 ATTENTION = Structure(inside={"dot_general", "exp"})
 # The backward's row term delta = sum(dO * O) may be computed around the kernels.
 DELTA = {"mul", "reduce_sum", "broadcast_in_dim", "convert_element_type", "slice"}
-
-
-# --- the expected values: float64 NumPy attention (lessons/flash.py), per group here -
-
-def per_group(x, K):
-    """[B, N, S, H] per query head -> [B, K, S, H], summed over each group's heads."""
-    B, N, S, H = x.shape
-    return x.reshape(B, K, N // K, S, H).sum(axis=2)
 
 
 def with_grads(q, k, v, do, *, attend, **static):
@@ -62,22 +52,12 @@ def with_grads(q, k, v, do, *, attend, **static):
 def test_dense(B, N, K, T, S, H, causal, dtype, rng):
     q, k, v = inputs(rng, B, N, K, T, S, H, dtype)
 
-    def wrong(**options):
-        return lambda: attention(q, k, v, **options)[0].astype(dtype)
-
-    check(run_jax(flash.attention, q, k, v, causal=causal), wrong(causal=causal)(),
-          blocks=(1, 1, None, None), axes="B N T H",
-          likely={"no_scale": wrong(causal=causal, sm_scale=1.0),
-                  "scale_one_over_h": wrong(causal=causal, sm_scale=1 / H),
-                  "scale_sqrt_h": wrong(causal=causal, sm_scale=math.sqrt(H)),
-                  "head_modulo": wrong(causal=causal, head_of=lambda n: n % K),
-                  "mask_ignored": wrong(),
-                  "bottom_right": wrong(causal=causal, diagonal=S - T)})
+    check(run_jax(flash.attention, q, k, v, causal=causal),
+          attention(q, k, v, causal=causal)[0].astype(dtype), blocks=(1, 1, None, None),
+          axes="B N T H", likely=lesson.dense_mistakes(q, k, v, causal, dtype))
 
 
 # 2 -------------------------------------------------------------------------
-
-
 @puzzle("flash.online")
 @pytest.mark.parametrize("T, S, H, block_kv", [
     pytest.param(64, 384, 32, 128, id="T=64 S=384 H=32 block_kv=128"),
@@ -89,19 +69,8 @@ def test_online(T, S, H, block_kv, rng):
     q, k, v = rng.normal((T, H), scale=3.0), rng.normal((S, H)), rng.normal((S, H))
     expected = attention(q[None, None], k[None, None], v[None, None])[0][0, 0]
 
-    def variant(rescale_l, rescale_acc):
-        return lambda: online_variants(q, k, v, block_kv, rescale_l=rescale_l,
-                                       rescale_acc=rescale_acc)
-
-    def last_chunk_only():  # the running max handed on was the old one
-        last = slice((S - 1) // block_kv * block_kv, S)
-        return attention(q[None, None], k[last][None, None],
-                         v[last][None, None])[0][0, 0].astype(np.float32)
-
     check(run_jax(flash.online_attention, q, k, v, block_kv=block_kv), expected.astype(np.float32),
-          tolerance=1e-4,
-          likely={"no_rescale": variant(False, False), "acc_not_rescaled": variant(True, False),
-                  "l_not_rescaled": variant(False, True), "last_chunk_only": last_chunk_only})
+          tolerance=1e-4, likely=lesson.online_mistakes(q, k, v, block_kv))
 
 
 # 3 -------------------------------------------------------------------------
@@ -114,27 +83,16 @@ def test_online(T, S, H, block_kv, rng):
 ])
 def test_kv_loop(T, S, H, block_q, block_kv, rng):
     q, k, v = rng.normal((T, H)), rng.normal((S, H)), rng.normal((S, H))
-    one = (None, None)
-
-    def single(**options):
-        return lambda: attention(q[one], k[one], v[one], **options)[0][0, 0].astype(np.float32)
-
-    def unnormalised():  # acc at the end: the sum of exp(s - m) v, never divided by l
-        s = scores(q[one], k[one])[0][0, 0]
-        return (np.exp(s - s.max(axis=1, keepdims=True)) @ v).astype(np.float32)
-
-    def first_kv_block_only():
-        kv = slice(0, block_kv)
-        return attention(q[one], k[kv][one], v[kv][one])[0][0, 0].astype(np.float32)
-
+    one = (None, None)   # one batch element, one head: [1, 1, T, H]
     ran = measure(flash.flash_one_head, q, k, v, block_q=block_q, block_kv=block_kv,
                   structure=ATTENTION.where(grid=(T // block_q,), blocks={"q": (block_q, H)}))
-    check(ran, single()(), blocks=(block_q, None), axes="T H", tolerance=1e-4,
-          likely={"unnormalised": unnormalised, "first_kv_block_only": first_kv_block_only,
-                  "no_scale": single(sm_scale=1.0)})
+    check(ran, attention(q[one], k[one], v[one])[0][0, 0].astype(np.float32),
+          blocks=(block_q, None), axes="T H", tolerance=1e-4,
+          likely=lesson.kv_loop_mistakes(q, k, v, block_kv))
     blocks = (T // block_q) * (S // block_kv)
-    check_work(ran, flops=dot_flops(blocks, 2, block_q, block_kv, H),
-               likely={"first_kv_block_only": dot_flops(T // block_q, 2, block_q, block_kv, H)})
+    check_work(ran, flops=lesson.dot_flops(blocks, 2, block_q, block_kv, H),
+               likely={"first_kv_block_only": lesson.dot_flops(T // block_q, 2, block_q,
+                                                               block_kv, H)})
     if S > block_kv:  # once per puzzle, to keep the run short
         lowers_for_tpu(ran)
 
@@ -149,7 +107,8 @@ def test_kv_loop(T, S, H, block_q, block_kv, rng):
 def test_grid(B, N, T, S, H, dtype, rng):
     q, k, v = inputs(rng, B, N, N, T, S, H, dtype)
     ran = measure(flash.flash_grid, q, k, v, structure=grid_structure(B, N, T, S, H))
-    check_grid(ran, q, k, v)
+    check(ran, attention(q, k, v)[0].astype(dtype), blocks=(1, 1, 128, None), axes="B N T H",
+          likely=lesson.grid_mistakes(q, k, v))
     lowers_for_tpu(ran)
 
 
@@ -166,8 +125,9 @@ def test_grid_reads_each_kv_block_once_per_q_block(B, N, T, S, H, rng):
     once per q block."""
     q, k, v = inputs(rng, B, N, N, T, S, H)
     ran = measure(flash.flash_grid, q, k, v, structure=grid_structure(B, N, T, S, H))
-    check_grid(ran, q, k, v)
-    check_work(ran, flops=dot_flops(B * N * (T // 128) * (S // 128), 2, 128, 128, H))
+    check(ran, attention(q, k, v)[0].astype(np.float32), blocks=(1, 1, 128, None),
+          axes="B N T H", tolerance=1e-4, likely=lesson.grid_mistakes(q, k, v))
+    check_work(ran, flops=lesson.dot_flops(B * N * (T // 128) * (S // 128), 2, 128, 128, H))
     # q read once, K and V once per q block (T // 128 times), o written once.
     reference = q.nbytes + (T // 128) * (k.nbytes + v.nbytes) + q.nbytes
     check_traffic(ran, reference=reference, minimum=q.nbytes + k.nbytes + v.nbytes + q.nbytes)
@@ -192,17 +152,18 @@ def test_causal(B, N, T, S, H, block_q, block_kv, rng):
     q, k, v = inputs(rng, B, N, N, T, S, H)
     ran = measure(flash.flash_causal, q, k, v, block_q=block_q, block_kv=block_kv,
                   structure=grid_structure(B, N, T, S, H, block_q, block_kv))
-    check_causal(ran, q, k, v, block_q, block_kv)
+    check(ran, attention(q, k, v, causal=True)[0].astype(np.float32),
+          blocks=(1, 1, block_q, None), axes="B N T H", tolerance=1e-4,
+          likely=lesson.causal_mistakes(q, k, v, block_q, block_kv))
     if tpu_sized():  # values only
         return
-    visible = len(visible_blocks(T, S, block_q, block_kv))
+    visible = len(lesson.visible_blocks(T, S, block_q, block_kv))
     every = (T // block_q) * (S // block_kv)
-    check_work(ran, flops=dot_flops(B * N * visible, 2, block_q, block_kv, H),
-               likely={"every_block_computed": dot_flops(B * N * every, 2, block_q, block_kv, H)})
-    kv_block = block_kv * H * k.itemsize
-    needed = min(S // block_kv, ((T // block_q) * block_q - 1) // block_kv + 1)
-    check_traffic(ran, reference=2 * q.nbytes + 2 * B * N * kv_fetches(T, S, block_q, block_kv)
-                  * kv_block, minimum=2 * q.nbytes + 2 * B * N * needed * kv_block)
+    check_work(ran, flops=lesson.dot_flops(B * N * visible, 2, block_q, block_kv, H),
+               likely={"every_block_computed": lesson.dot_flops(B * N * every, 2, block_q,
+                                                                block_kv, H)})
+    reference, minimum = lesson.causal_traffic(q, k, block_q, block_kv)
+    check_traffic(ran, reference=reference, minimum=minimum)
     lowers_for_tpu(ran)
 
 
@@ -228,22 +189,12 @@ def test_logsumexp(B, N, T, S, H, causal, kv_len, dtype, block_q, block_kv, rng)
     o, lse = ran.output
     check(o, expected_o.astype(dtype), blocks=(1, 1, 128, None), axes="B N T H",
           tolerance=1e-4 if dtype == "float32" else None,
-          likely={"padding_not_masked":
-                  lambda: attention(q, k, v, causal=causal)[0].astype(dtype),
-                  "kv_len_inclusive": lambda: attention(
-                      q, k, v, causal=causal, kv_len=kv_len and kv_len + 1)[0].astype(dtype)})
-
-    def lse_part(part):  # m + log(l), with one half left out
-        s = scores(q, k, causal=causal, kv_len=kv_len)[0]
-        m = s.max(axis=-1)
-        return lambda: (np.log(np.exp(s - m[..., None]).sum(axis=-1)) if part == "log_l"
-                        else m).astype(np.float32)
-
+          likely=lesson.logsumexp_mistakes(q, k, v, causal, kv_len, dtype))
     check(lse, expected_lse.astype(np.float32), name="lse", blocks=(1, 1, 128), axes="B N T",
-          tolerance=1e-4, likely={"lse_without_max": lse_part("log_l"), "max_only": lse_part("m")})
+          tolerance=1e-4, likely=lesson.lse_mistakes(q, k, causal, kv_len))
     if causal:  # once per puzzle, to keep the run short
-        visible = len(visible_blocks(T, S, block_q, block_kv, causal))
-        check_work(ran, flops=dot_flops(B * N * visible, 2, block_q, block_kv, H))
+        visible = len(lesson.visible_blocks(T, S, block_q, block_kv, causal))
+        check_work(ran, flops=lesson.dot_flops(B * N * visible, 2, block_q, block_kv, H))
         lowers_for_tpu(ran)
 
 
@@ -269,31 +220,20 @@ def test_backward(B, N, T, S, H, causal, kv_len, dtype, block_q, block_kv, rng):
                   structure=ATTENTION.where(kernels=2, outside=DELTA))
     dq, dk, dv = ran.output
     expected = attention_grads(q, k, v, do, causal=causal, kv_len=kv_len)
-
-    def no_delta(n):
-        return lambda: attention_grads(q, k, v, do, causal=causal, kv_len=kv_len,
-                                       delta=False)[n].astype(dtype)
-
+    likely = lesson.backward_mistakes(q, k, v, do, dtype, causal=causal, kv_len=kv_len)
     tolerance = 1e-4 if dtype == "float32" else 3e-2
     for n, (name, yours) in enumerate([("dq", dq), ("dk", dk), ("dv", dv)]):
         axes = "B N T H" if name == "dq" else "B N S H"
         check(yours, expected[n].astype(dtype), name=name, blocks=(1, 1, 128, None), axes=axes,
-              tolerance=tolerance, likely={"no_delta": no_delta(n)})
+              tolerance=tolerance, likely=likely[n])
     if dtype != "float32" or (T, S) != (256, 384):   # the accounting below is for this one
         return
     # Every visible (q block, kv block) pair once in each kernel: the dQ kernel's 3
     # dots (s, dP, dQ), the dK/dV kernel's 4 (s, dV, dP, dK).
-    visible = len(visible_blocks(T, S, 128, 128, causal))
-    check_work(ran, flops=dot_flops(B * N * visible, 7, 128, 128, H))
-    # T = 256, S = 384 in 128-blocks, causal: 2 q blocks, 3 K/V blocks. The dQ call
-    # fetches K/V blocks 0 and 1 once each (its kv index map clamped), q, dO, lse and
-    # delta once per q block; the dK/dV call fetches q block 0 for K/V block 0 only
-    # (its q-side index maps clamped from below) and q block 1 once, K/V once each. K/V
-    # block 2 is seen by no query: its first q block is capped at the last one.
-    # Tiles (128, H) f32; lse and delta rows (128, 1) f32; per head, B * N heads.
-    tile, row = 128 * H * 4, 128 * 4
-    needed = B * N * ((18 * tile + 8 * row) + 8 * tile)   # read, then dq, dk, dv written
-    minimum = B * N * ((10 * tile + 4 * row) + 8 * tile)  # every input read once
+    visible = len(lesson.visible_blocks(T, S, 128, 128, causal))
+    check_work(ran, flops=lesson.dot_flops(B * N * visible, 7, 128, 128, H))
+    # Clamped index maps: no K/V block fetched that no query of the step needs.
+    needed, minimum = lesson.backward_traffic(B, N, H)
     check_traffic(ran, reference=needed, minimum=minimum)
     lowers_for_tpu(ran)
     # jax.grad through flash_core runs the three kernels: traced and checked, not run
@@ -311,20 +251,8 @@ def test_gqa_checks_its_arguments(N, K, block_q, block_kv, rng):
     """Bad arguments fail up front, with a message, not deep inside a kernel."""
     q, k, v = inputs(rng, 1, N, K, 128, 128, 64)
     bad = f"N={N}, K={K}" if N % K else f"block_q={block_q}"
-    try:
-        jax.eval_shape(functools.partial(flash.flash_attention, block_q=block_q,
-                                         block_kv=block_kv), q, k, v)
-    except ValueError:
-        return
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        fail("argument_check", f"flash_attention({bad}) should raise a ValueError that names "
-             "the argument before any kernel is built; it failed later, inside JAX.",
-             [("called", f"flash_attention({bad})"),
-              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
-    fail("argument_check", f"flash_attention({bad}) should raise a ValueError that names the "
-         "argument; it raised nothing.", [("called", f"flash_attention({bad})"), ("raised", "nothing")])
+    lesson.check_attention_rejects(flash.flash_attention, bad, q, k, v, block_q=block_q,
+                                   block_kv=block_kv)
 
 
 # 8 -------------------------------------------------------------------------
@@ -357,31 +285,18 @@ def test_gqa(B, N, K, T, S, H, causal, dtype, rng):
                                                block_kv).where(outside=padding))
         o = ran.output
         pairs = cdiv(T, block_q) * cdiv(S, block_kv)
-        check_work(ran, flops=dot_flops(B * N * pairs, 2, block_q, block_kv, H))
-
-    def modulo():
-        return attention(q, k, v, causal=causal, head_of=lambda n: n % K)[0].astype(dtype)
-
-    def padded_keys_seen():  # S padded with zero keys up to a whole block, none masked
-        block_kv = min(128, cdiv(S, 8) * 8)
-        pad = ((0, 0), (0, 0), (0, -S % block_kv), (0, 0))
-        return attention(q, np.pad(k, pad), np.pad(v, pad), causal=causal)[0].astype(dtype)
+        check_work(ran, flops=lesson.dot_flops(B * N * pairs, 2, block_q, block_kv, H))
 
     check(o, attention(q, k, v, causal=causal)[0].astype(dtype), blocks=(1, 1, 128, None),
           axes="B N T H", tolerance=1e-4 if with_backward else None,
-          likely={"head_modulo": modulo, "padding_not_masked": padded_keys_seen})
+          likely=lesson.gqa_mistakes(q, k, v, causal, dtype))
     if not with_backward:
         return
     expected = attention_grads(q, k, v, do, causal=causal)
     check(dq, expected[0].astype(dtype), name="dq", blocks=(1, 1, 128, None), axes="B N T H",
           tolerance=1e-4)
-    G = N // K
     for n, (name, yours) in enumerate([("dk", dk), ("dv", dv)], start=1):
-        per_head = expected[n]
-        check(yours, per_group(per_head, K).astype(dtype), name=name, blocks=(1, 1, 128, None),
-              axes="B K S H", tolerance=1e-4,
-              likely={"last_head_only": lambda: per_head[:, G - 1::G].astype(dtype),
-                      "first_head_only": lambda: per_head[:, ::G].astype(dtype),
-                      "dk_dv_swapped": lambda: per_group(expected[3 - n], K).astype(dtype),
-                      "group_heads_strided": lambda: strided_group(per_head, K).astype(dtype)})
+        check(yours, per_group(expected[n], K).astype(dtype), name=name,
+              blocks=(1, 1, 128, None), axes="B K S H", tolerance=1e-4,
+              likely=lesson.group_mistakes(expected, n, K, dtype))
     lowers_for_tpu(ran)

@@ -10,10 +10,14 @@ flash attention beyond the right answer.
   bytes the backward's two kernels move;
 * the chapter's checks that word a learner's sentence (the argument check).
 """
+import functools
 import math
 
-from ..checking import check
+import jax
+
+from ..checking import fail
 from ..frozen import np
+from .common import cdiv
 
 
 def visible_blocks(T, S, block_q, block_kv, causal=True):
@@ -109,7 +113,8 @@ def online_variants(q, k, v, block_kv, *, rescale_l, rescale_acc):
     return (acc / l).astype(np.float32)
 
 
-def check_grid(yours, q, k, v):
+def grid_mistakes(q, k, v):
+    """Known wrong flash_grid(q, k, v) outputs (blocks of 128), for check(..., likely=)."""
     dtype, S = q.dtype, k.shape[2]
 
     def last_kv_block_only():  # the state started afresh at every kv step
@@ -120,14 +125,13 @@ def check_grid(yours, q, k, v):
         kv = slice(128, S)
         return attention(q, k[:, :, kv], v[:, :, kv])[0].astype(dtype)
 
-    check(yours, attention(q, k, v)[0].astype(dtype), blocks=(1, 1, 128, None), axes="B N T H",
-          tolerance=1e-4 if dtype == np.float32 else None,
-          likely={"last_kv_block_only": last_kv_block_only,
-                  "first_kv_block_dropped": first_kv_block_dropped,
-                  "no_scale": lambda: attention(q, k, v, sm_scale=1.0)[0].astype(dtype)})
+    return {"last_kv_block_only": last_kv_block_only,
+            "first_kv_block_dropped": first_kv_block_dropped,
+            "no_scale": lambda: attention(q, k, v, sm_scale=1.0)[0].astype(dtype)}
 
 
-def check_causal(yours, q, k, v, block_q=128, block_kv=128):
+def causal_mistakes(q, k, v, block_q=128, block_kv=128):
+    """Known wrong flash_causal(q, k, v) outputs, for check(..., likely=)."""
     T, S = q.shape[2], k.shape[2]
 
     def wrong(**options):
@@ -153,10 +157,171 @@ def check_causal(yours, q, k, v, block_q=128, block_kv=128):
         e = np.exp(s - s.max(axis=-1, keepdims=True))
         return ((e / e.sum(axis=-1, keepdims=True)) @ np.asarray(v, np.float64)).astype(np.float32)
 
-    check(yours, wrong(causal=True)(), blocks=(1, 1, block_q, None), axes="B N T H",
-          tolerance=1e-4,
-          likely={"diagonal_excluded": diagonal_excluded,
-                  "unmasked_diagonal_blocks": unmasked_diagonal_blocks,
-                  "mask_block_local": mask_block_local,
-                  "mask_ignored": wrong(),
-                  "bottom_right": wrong(causal=True, diagonal=S - T)})
+    return {"diagonal_excluded": diagonal_excluded,
+            "unmasked_diagonal_blocks": unmasked_diagonal_blocks,
+            "mask_block_local": mask_block_local,
+            "mask_ignored": wrong(),
+            "bottom_right": wrong(causal=True, diagonal=S - T)}
+
+
+# --- what each puzzle's tests know about wrong answers -----------------------
+
+def dense_mistakes(q, k, v, causal, dtype):
+    """Known wrong attention(q, k, v, causal=causal) outputs, for check(..., likely=)."""
+    H, K, T, S = q.shape[-1], k.shape[1], q.shape[2], k.shape[2]
+
+    def wrong(**options):
+        return lambda: attention(q, k, v, **options)[0].astype(dtype)
+
+    return {"no_scale": wrong(causal=causal, sm_scale=1.0),
+            "scale_one_over_h": wrong(causal=causal, sm_scale=1 / H),
+            "scale_sqrt_h": wrong(causal=causal, sm_scale=math.sqrt(H)),
+            "head_modulo": wrong(causal=causal, head_of=lambda n: n % K),
+            "mask_ignored": wrong(),
+            "bottom_right": wrong(causal=causal, diagonal=S - T)}
+
+
+def online_mistakes(q, k, v, block_kv):
+    """Known wrong online_attention(q, k, v) outputs (one head: q [T, H], k, v [S, H])."""
+    S = k.shape[0]
+
+    def variant(rescale_l, rescale_acc):
+        return lambda: online_variants(q, k, v, block_kv, rescale_l=rescale_l,
+                                       rescale_acc=rescale_acc)
+
+    def last_chunk_only():  # the running max handed on was the old one
+        last = slice((S - 1) // block_kv * block_kv, S)
+        return attention(q[None, None], k[last][None, None],
+                         v[last][None, None])[0][0, 0].astype(np.float32)
+
+    return {"no_rescale": variant(False, False), "acc_not_rescaled": variant(True, False),
+            "l_not_rescaled": variant(False, True), "last_chunk_only": last_chunk_only}
+
+
+def kv_loop_mistakes(q, k, v, block_kv):
+    """Known wrong flash_one_head(q, k, v) outputs (q [T, H], k, v [S, H])."""
+    one = (None, None)
+
+    def single(**options):
+        return lambda: attention(q[one], k[one], v[one], **options)[0][0, 0].astype(np.float32)
+
+    def unnormalised():  # acc at the end: the sum of exp(s - m) v, never divided by l
+        s = scores(q[one], k[one])[0][0, 0]
+        return (np.exp(s - s.max(axis=1, keepdims=True)) @ v).astype(np.float32)
+
+    def first_kv_block_only():
+        kv = slice(0, block_kv)
+        return attention(q[one], k[kv][one], v[kv][one])[0][0, 0].astype(np.float32)
+
+    return {"unnormalised": unnormalised, "first_kv_block_only": first_kv_block_only,
+            "no_scale": single(sm_scale=1.0)}
+
+
+def logsumexp_mistakes(q, k, v, causal, kv_len, dtype):
+    """Known wrong o of flash_forward(q, k, v, causal=, kv_len=), for check(..., likely=)."""
+    return {"padding_not_masked":
+            lambda: attention(q, k, v, causal=causal)[0].astype(dtype),
+            "kv_len_inclusive": lambda: attention(
+                q, k, v, causal=causal, kv_len=kv_len and kv_len + 1)[0].astype(dtype)}
+
+
+def lse_mistakes(q, k, causal, kv_len):
+    """Known wrong lse of flash_forward: m + log(l) with one half left out."""
+    def lse_part(part):  # m + log(l), with one half left out
+        s = scores(q, k, causal=causal, kv_len=kv_len)[0]
+        m = s.max(axis=-1)
+        return lambda: (np.log(np.exp(s - m[..., None]).sum(axis=-1)) if part == "log_l"
+                        else m).astype(np.float32)
+
+    return {"lse_without_max": lse_part("log_l"), "max_only": lse_part("m")}
+
+
+def backward_mistakes(q, k, v, do, dtype, **options):
+    """Known wrong (dq, dk, dv) of flash_backward, one likely= per output."""
+    def no_delta(n):
+        return lambda: attention_grads(q, k, v, do, delta=False, **options)[n].astype(dtype)
+
+    return [{"no_delta": no_delta(n)} for n in range(3)]
+
+
+def gqa_mistakes(q, k, v, causal, dtype):
+    """Known wrong o of flash_attention(q, k, v, causal=causal) (its blocks of 128
+    shrunk to the sequence rounded up to 8), for check(..., likely=)."""
+    K, S = k.shape[1], k.shape[2]
+
+    def modulo():
+        return attention(q, k, v, causal=causal, head_of=lambda n: n % K)[0].astype(dtype)
+
+    def padded_keys_seen():  # S padded with zero keys up to a whole block, none masked
+        block_kv = min(128, cdiv(S, 8) * 8)
+        pad = ((0, 0), (0, 0), (0, -S % block_kv), (0, 0))
+        return attention(q, np.pad(k, pad), np.pad(v, pad), causal=causal)[0].astype(dtype)
+
+    return {"head_modulo": modulo, "padding_not_masked": padded_keys_seen}
+
+
+def group_mistakes(expected, n, K, dtype):
+    """Known wrong dk (n=1) or dv (n=2) [B, K, S, H] of grouped-query heads, from the
+    expected gradients per query head (attention_grads)."""
+    per_head = expected[n]
+    G = per_head.shape[1] // K
+    return {"last_head_only": lambda: per_head[:, G - 1::G].astype(dtype),
+            "first_head_only": lambda: per_head[:, ::G].astype(dtype),
+            "dk_dv_swapped": lambda: per_group(expected[3 - n], K).astype(dtype),
+            "group_heads_strided": lambda: strided_group(per_head, K).astype(dtype)}
+
+
+def per_group(x, K):
+    """[B, N, S, H] per query head -> [B, K, S, H], summed over each group's heads."""
+    B, N, S, H = x.shape
+    return x.reshape(B, K, N // K, S, H).sum(axis=2)
+
+
+# --- budgets -------------------------------------------------------------------
+
+def causal_traffic(q, k, block_q, block_kv):
+    """(reference, minimum) bytes of flash_causal(q, k, v): q in and o out once; K and
+    V blocks as the clamped index map fetches them (kv_fetches), at least those some
+    query needs."""
+    (B, N, T, H), S = q.shape, k.shape[2]
+    kv_block = block_kv * H * k.itemsize
+    needed = min(S // block_kv, ((T // block_q) * block_q - 1) // block_kv + 1)
+    return (2 * q.nbytes + 2 * B * N * kv_fetches(T, S, block_q, block_kv) * kv_block,
+            2 * q.nbytes + 2 * B * N * needed * kv_block)
+
+
+def backward_traffic(B, N, H):
+    """(reference, minimum) bytes of flash_backward at T = 256, S = 384, causal, blocks
+    of 128, float32.
+
+    T = 256, S = 384 in 128-blocks, causal: 2 q blocks, 3 K/V blocks. The dQ call
+    fetches K/V blocks 0 and 1 once each (its kv index map clamped), q, dO, lse and
+    delta once per q block; the dK/dV call fetches q block 0 for K/V block 0 only
+    (its q-side index maps clamped from below) and q block 1 once, K/V once each. K/V
+    block 2 is seen by no query: its first q block is capped at the last one.
+    Tiles (128, H) f32; lse and delta rows (128, 1) f32; per head, B * N heads."""
+    tile, row = 128 * H * 4, 128 * 4
+    needed = B * N * ((18 * tile + 8 * row) + 8 * tile)   # read, then dq, dk, dv written
+    minimum = B * N * ((10 * tile + 4 * row) + 8 * tile)  # every input read once
+    return needed, minimum
+
+
+# --- the chapter's own checks ----------------------------------------------------
+
+def check_attention_rejects(flash_attention, bad, q, k, v, **static):
+    """flash_attention(q, k, v, **static) raises a ValueError before any kernel is built
+    (bad: the bad argument, in words)."""
+    try:
+        jax.eval_shape(functools.partial(flash_attention, **static), q, k, v)
+    except ValueError:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail("argument_check", f"flash_attention({bad}) should raise a ValueError that names "
+             "the argument before any kernel is built; it failed later, inside JAX.",
+             [("called", f"flash_attention({bad})"),
+              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+    fail("argument_check", f"flash_attention({bad}) should raise a ValueError that names the "
+         "argument; it raised nothing.",
+         [("called", f"flash_attention({bad})"), ("raised", "nothing")])
