@@ -20,12 +20,12 @@ marked `tpu` run realistic sizes on a real TPU and are skipped elsewhere.
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_overlap,
-                                 check_traffic, check_vmem, check_work, fail, lowers_for_tpu,
-                                 measure)
-from pytest_pallas_hints.lessons.pipelining import (
-    check_column_sum, check_empty_sequences, check_in_flight, check_own_copies,
-    check_rows_copied_once, decode_attention, last_block_only, m_starts_at_zero, paged_inputs)
+from pytest_pallas_hints import (Structure, chapter, check, check_overlap, check_traffic,
+                                 check_vmem, check_work, lowers_for_tpu, measure)
+# The right answer of paged attention (float64 NumPy) and its inputs drawn:
+from pytest_pallas_hints.lessons.pipelining import decode_attention, paged_inputs
+# What the kit knows besides: your DMAs read from the run, known wrong answers, budgets.
+from pytest_pallas_hints.lessons import pipelining as lesson
 
 pipelining = chapter("pipelining")
 
@@ -50,14 +50,12 @@ def test_one_copy(M, D, dtype, rng):
     ran = measure(pipelining.add_one, x, structure=MANUAL.where(
         inside={"dma_start", "dma_wait", "add"}))
     check(ran, x + np.asarray(1, dtype), likely={"not_added": x})
-    check_own_copies(ran, read=x.nbytes)
+    lesson.check_own_copies(ran, read=x.nbytes)
     check_traffic(ran, reference=2 * x.nbytes, minimum=2 * x.nbytes)
     lowers_for_tpu(ran)
 
 
 # 2 -------------------------------------------------------------------------
-
-
 @puzzle("pipelining.copy_loop")
 @pytest.mark.parametrize("S, D, chunk, dtype", [
     pytest.param(64, 256, 16, "float32", id="S=64 D=256 chunk=16"),
@@ -69,9 +67,11 @@ def test_copy_loop(S, D, chunk, dtype, rng):
     x = rng.normal((S, D), dtype)
     ran = measure(pipelining.column_sum, x, chunk=chunk, structure=MANUAL.where(
         inside={"dma_start", "dma_wait", "reduce_sum"}))
-    check_rows_copied_once(ran, x, chunk=chunk)
-    check_column_sum(ran, x, chunk)
-    check_own_copies(ran, read=x.nbytes, copies=S // chunk)
+    lesson.check_rows_copied_once(ran, x, chunk=chunk)
+    check(ran, x.astype(np.float64).sum(axis=0, keepdims=True).astype(dtype),
+          tolerance=1e-4 if dtype == "float32" else None,
+          likely=lesson.column_sum_mistakes(x, chunk))
+    lesson.check_own_copies(ran, read=x.nbytes, copies=S // chunk)
     check_vmem(ran, most=chunk * D * x.itemsize + 2 * D * x.itemsize,
                why="one chunk at a time needs one chunk of VMEM (and the (1, D) output).")
     check_traffic(ran, reference=x.nbytes + D * x.itemsize, minimum=x.nbytes + D * x.itemsize)
@@ -89,9 +89,10 @@ def test_double_buffer(S, D, chunk, rng):
     x = rng.normal((S, D))
     ran = measure(pipelining.column_sum_double_buffered, x, chunk=chunk,
                   structure=MANUAL.where(inside={"dma_start", "dma_wait", "reduce_sum"}))
-    check_rows_copied_once(ran, x, chunk=chunk)
-    check_column_sum(ran, x, chunk)
-    check_own_copies(ran, read=x.nbytes, copies=S // chunk)
+    lesson.check_rows_copied_once(ran, x, chunk=chunk)
+    check(ran, x.astype(np.float64).sum(axis=0, keepdims=True).astype(np.float32),
+          tolerance=1e-4, likely=lesson.column_sum_mistakes(x, chunk))
+    lesson.check_own_copies(ran, read=x.nbytes, copies=S // chunk)
     check_overlap(ran, work="reduce_sum", at_least=S // chunk - 1, why=(
         "Start the copy of chunk i + 1 into the other slot before you wait for chunk i, "
         "so that it lands while chunk i is summed."))
@@ -112,18 +113,12 @@ def test_write_back(S, D, chunk, rng):
     x = rng.normal((S, D))
     ran = measure(pipelining.relu, x, chunk=chunk, structure=MANUAL.where(
         inside={"dma_start", "dma_wait", "max"}))
-    check_rows_copied_once(ran, x, chunk=chunk)
-    steps = np.arange(S) // chunk
-
-    def shifted():   # chunk i's rows hold chunk i + 1's result (written after it)
-        later = np.minimum(steps + 1, S // chunk - 1)
-        return np.maximum(x.reshape(-1, chunk, D)[later[::chunk]].reshape(S, D), 0)
-
+    lesson.check_rows_copied_once(ran, x, chunk=chunk)
     check(ran, np.maximum(x, 0), blocks=(chunk, None), axes="S D",
-          likely={"relu_missing": x, "shifted": shifted})
-    check_own_copies(ran, read=x.nbytes, written=x.nbytes, copies=S // chunk)
+          likely=lesson.write_back_mistakes(x, chunk))
+    lesson.check_own_copies(ran, read=x.nbytes, written=x.nbytes, copies=S // chunk)
     if S // chunk > 1:
-        check_in_flight(ran, at_least=2, why=(
+        lesson.check_in_flight(ran, at_least=2, why=(
             "Start the write-back of chunk i and move on without waiting: it lands while "
             "chunk i + 1 is read, and is waited at the next step, before the output buffer "
             "is overwritten."))
@@ -151,12 +146,11 @@ def test_gather(V, D, T, rows_per_step, rng):
         ids[1], ids[-1] = ids[0], V - 1
     ran = measure(pipelining.gather_rows, table, ids, rows_per_step=rows_per_step,
                   structure=MANUAL.where(prefetch=True, grid=(T // rows_per_step,)))
-    first_step = np.resize(ids[:rows_per_step], T)
     check(ran, table[ids], blocks=(rows_per_step, None), axes="T D",
-          likely={"first_step_ids": table[first_step], "rows_in_order": table[:T]})
+          likely=lesson.gather_mistakes(table, ids, rows_per_step))
     row = D * table.itemsize
-    check_own_copies(ran, read=T * row, what="the table")
-    check_in_flight(ran, at_least=rows_per_step, why=(
+    lesson.check_own_copies(ran, read=T * row, what="the table")
+    lesson.check_in_flight(ran, at_least=rows_per_step, why=(
         "Start every row's copy of a step before waiting for any: the rows then land "
         "together, in the time of about one, instead of one after another."))
     check_vmem(ran, most=3 * rows_per_step * row, why=(
@@ -176,10 +170,12 @@ def test_emit_pipeline(S, D, chunk, rng):
     x = rng.normal((S, D))
     ran = measure(pipelining.column_sum_pipelined, x, chunk=chunk,
                   structure=MANUAL.where(inside={"emit_pipeline", "reduce_sum"}))
-    check_rows_copied_once(ran, x, chunk=chunk)
-    check_column_sum(ran, x, chunk)
-    check_own_copies(ran, read=x.nbytes, copies=S // chunk,
-                     how="through the copies pltpu.emit_pipeline makes for its BlockSpecs")
+    lesson.check_rows_copied_once(ran, x, chunk=chunk)
+    check(ran, x.astype(np.float64).sum(axis=0, keepdims=True).astype(np.float32),
+          tolerance=1e-4, likely=lesson.column_sum_mistakes(x, chunk))
+    lesson.check_own_copies(ran, read=x.nbytes, copies=S // chunk,
+                            how="through the copies pltpu.emit_pipeline makes for its "
+                                "BlockSpecs")
     check_overlap(ran, work="reduce_sum", at_least=S // chunk - 1, why=(
         "pltpu.emit_pipeline double-buffers every BlockSpec it is given: hand it the "
         "whole HBM array and a (chunk, D) BlockSpec, and let it do the copies."))
@@ -210,51 +206,22 @@ def test_paged_attention(B, N, K, H, L, pages_per_sequence, pages_per_block, len
     lengths = np.asarray(lengths, np.int32)
     ran = measure(pipelining.paged_attention, q, k_pages, v_pages, lengths, page_indices,
                   pages_per_block=pages_per_block, structure=PAGED.where(grid=(B, K)))
-    args = (q, k_pages, v_pages, lengths, page_indices)
-    tokens_per_block = pages_per_block * L
-
-    def seeing(visible=None, **options):
-        return lambda: decode_attention(*args, visible=visible, **options).astype(dtype)
-
-    def with_args(**changed):   # the truth of other inputs: a near-miss's answer
-        given = dict(zip(("q", "k_pages", "v_pages", "lengths", "page_indices"), args))
-        return lambda: decode_attention(**dict(given, **changed)).astype(dtype)
-
-    check_empty_sequences(ran, lengths)
-    check(ran, decode_attention(*args).astype(dtype), blocks=(1, None, None), axes="B N H",
-          tolerance=2e-4 if dtype == "float32" else None,
-          likely={"mask_missing": seeing(lambda b: cdiv(lengths[b], L) * L),
-                  "block_not_masked": seeing(
-                      lambda b: cdiv(lengths[b], tokens_per_block) * tokens_per_block),
-                  "head_modulo": seeing(head_of=lambda n: n % K),
-                  "first_block_only": seeing(lambda b: min(lengths[b], tokens_per_block)),
-                  "last_block_only": lambda: last_block_only(*args, tokens_per_block, dtype),
-                  "one_token_too_many": seeing(lambda b: min(lengths[b] + 1, pages_per_sequence
-                                                             * L) if lengths[b] else 0),
-                  "v_is_k": with_args(v_pages=k_pages),
-                  "q_scaled": with_args(q=q.astype(np.float64) / np.sqrt(H)),
-                  "page_table_row_0": with_args(page_indices=np.repeat(page_indices[:1], B, 0)),
-                  "m_starts_at_zero": lambda: m_starts_at_zero(*args, dtype)})
-    G, itemsize = N // K, q.itemsize
-    blocks = [cdiv(n, tokens_per_block) for n in lengths]
-    every = B * (pages_per_sequence // pages_per_block)
-    block_flops = 2 * (2 * G * tokens_per_block * H)   # scores and p @ v
-    check_work(ran, flops=K * sum(blocks) * block_flops,
-               likely={"every_block": K * every * block_flops})
-    page = L * H * itemsize
-    pages = [cdiv(n, L) for n in lengths]
-    needed = 2 * q.nbytes + 2 * K * sum(pages) * page          # q in, o out, K and V pages
-    check_traffic(ran, reference=needed, minimum=needed)
-    two_slots = 2 * 2 * pages_per_block * page          # K and V, two slots each
-    check_vmem(ran, most=two_slots + 2 * 2 * G * H * itemsize, why=(
+    lesson.check_empty_sequences(ran, lengths)
+    check(ran, decode_attention(q, k_pages, v_pages, lengths, page_indices).astype(dtype),
+          blocks=(1, None, None), axes="B N H", tolerance=2e-4 if dtype == "float32" else None,
+          likely=lesson.paged_mistakes(q, k_pages, v_pages, lengths, page_indices,
+                                       pages_per_block, dtype))
+    budget = lesson.paged_budget(q, k_pages, lengths, pages_per_block, pages_per_sequence)
+    check_work(ran, flops=budget.flops, likely={"every_block": budget.every_block})
+    check_traffic(ran, reference=budget.bytes, minimum=budget.bytes)
+    check_vmem(ran, most=budget.vmem, why=(
         "two slots of one block of pages, for K and for V (and the q and output blocks): "
         "a sequence's pages are streamed a block at a time, never all fetched up front."))
-    if max(blocks) > 1:
-        check_overlap(ran, work="dot_general",
-                      at_least=2 * K * sum(max(n - 1, 0) for n in blocks), why=(
-                          "Start the pages of block i + 1 into the other slot before you "
-                          "wait for the pages of block i: block i's scores and p @ v are "
-                          "then computed while the next pages land."))
+    if budget.most_blocks > 1:
+        check_overlap(ran, work="dot_general", at_least=budget.overlapped, why=(
+            "Start the pages of block i + 1 into the other slot before you wait for the "
+            "pages of block i: block i's scores and p @ v are then computed while the next "
+            "pages land."))
     lowers_for_tpu(ran)
 
 
@@ -265,28 +232,9 @@ def test_paged_attention(B, N, K, H, L, pages_per_sequence, pages_per_block, len
 ])
 def test_paged_attention_checks_its_arguments(N, K, pages_per_block, rng):
     """Bad arguments fail up front, with a message that names the argument."""
-    import jax
-
     q, k_pages, v_pages, page_indices = paged_inputs(rng, 2, N, K, 128, 8, 4, "float32")
     lengths = np.array([8, 3], np.int32)
     bad, name = (f"N={N}, K={K}", "K") if N % K else (f"pages_per_block={pages_per_block}",
                                                      "pages_per_block")
-    try:
-        jax.eval_shape(lambda *a: pipelining.paged_attention(
-            *a, pages_per_block=pages_per_block), q, k_pages, v_pages, lengths, page_indices)
-    except ValueError as error:
-        if name in str(error):
-            return
-        fail("argument_check", f"paged_attention({bad}) raised a ValueError that does not "
-             f"name {name}.", [("called", f"paged_attention({bad})"),
-                               ("raised", str(error)[:200])])
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        fail("argument_check", f"paged_attention({bad}) should raise a ValueError that names "
-             "the argument before any kernel is built; it failed later, inside JAX.",
-             [("called", f"paged_attention({bad})"),
-              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
-    fail("argument_check", f"paged_attention({bad}) should raise a ValueError that names the "
-         "argument; it raised nothing.", [("called", f"paged_attention({bad})"),
-                                          ("raised", "nothing")])
+    lesson.check_paged_rejects(pipelining.paged_attention, bad, name, q, k_pages, v_pages,
+                               lengths, page_indices, pages_per_block=pages_per_block)

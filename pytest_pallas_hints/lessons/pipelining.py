@@ -11,8 +11,13 @@ about kernels that move their own data, beyond the right answer.
   (tokens seen, the K/V head read), and its models of a running state restarted at
   every block or started at 0.
 """
-from ..checking import check, fail
+import dataclasses
+
+import jax
+
+from ..checking import fail
 from ..frozen import np
+from .common import cdiv
 
 
 # --- what your DMAs did ------------------------------------------------------
@@ -97,18 +102,32 @@ def check_in_flight(ran, *, at_least, why):
             [("in flight", f"yours at most {most} · the puzzle's schedule {at_least}")])
 
 
-def column_sums(x, chunk):
-    """The expected sum, and the wrong answers a chunk loop is known to give."""
+# --- what each puzzle's tests know about wrong answers -----------------------
+
+def column_sum_mistakes(x, chunk):
+    """The wrong answers a chunk loop is known to give for the column sum of x [S, D],
+    for check(..., likely=)."""
     chunks = x.astype(np.float64).reshape(-1, chunk, x.shape[1]).sum(axis=1)
-    return {"expected": chunks.sum(axis=0, keepdims=True),
-            "first_chunk_only": chunks[:1] * len(chunks),   # the same chunk every time
-            "last_chunk_only": chunks[-1:]}                 # each chunk replaced the total
+    return {"first_chunk_only": (chunks[:1] * len(chunks)).astype(x.dtype),  # one chunk, n times
+            "last_chunk_only": chunks[-1:].astype(x.dtype)}  # each chunk replaced the total
 
 
-def check_column_sum(ran, x, chunk):
-    sums = {name: value.astype(x.dtype) for name, value in column_sums(x, chunk).items()}
-    expected = sums.pop("expected")
-    check(ran, expected, tolerance=1e-4 if x.dtype == np.float32 else None, likely=sums)
+def write_back_mistakes(x, chunk):
+    """Known wrong relu(x) outputs of a chunked write-back, for check(..., likely=)."""
+    S, D = x.shape
+    steps = np.arange(S) // chunk
+
+    def shifted():   # chunk i's rows hold chunk i + 1's result (written after it)
+        later = np.minimum(steps + 1, S // chunk - 1)
+        return np.maximum(x.reshape(-1, chunk, D)[later[::chunk]].reshape(S, D), 0)
+
+    return {"relu_missing": x, "shifted": shifted}
+
+
+def gather_mistakes(table, ids, rows_per_step):
+    """Known wrong gather_rows(table, ids) outputs, for check(..., likely=)."""
+    first_step = np.resize(ids[:rows_per_step], len(ids))
+    return {"first_step_ids": table[first_step], "rows_in_order": table[:len(ids)]}
 
 
 def paged_inputs(rng, B, N, K, H, L, pages_per_sequence, dtype, far_below=None):
@@ -146,6 +165,67 @@ def decode_attention(q, k_pages, v_pages, lengths, page_indices, *, head_of=None
         p = np.exp(s - s.max(axis=1, keepdims=True))
         out[b] = np.einsum("nt,nth->nh", p / p.sum(axis=1, keepdims=True), v[heads])
     return out
+
+
+def paged_mistakes(q, k_pages, v_pages, lengths, page_indices, pages_per_block, dtype):
+    """Known wrong paged_attention(q, k_pages, v_pages, lengths, page_indices) outputs,
+    for check(..., likely=)."""
+    B, N, H = q.shape
+    K, _, L, _ = k_pages.shape
+    pages_per_sequence = page_indices.shape[1]
+    args = (q, k_pages, v_pages, lengths, page_indices)
+    tokens_per_block = pages_per_block * L
+
+    def seeing(visible=None, **options):
+        return lambda: decode_attention(*args, visible=visible, **options).astype(dtype)
+
+    def with_args(**changed):   # the truth of other inputs: a near-miss's answer
+        given = dict(zip(("q", "k_pages", "v_pages", "lengths", "page_indices"), args))
+        return lambda: decode_attention(**dict(given, **changed)).astype(dtype)
+
+    return {"mask_missing": seeing(lambda b: cdiv(lengths[b], L) * L),
+            "block_not_masked": seeing(
+                lambda b: cdiv(lengths[b], tokens_per_block) * tokens_per_block),
+            "head_modulo": seeing(head_of=lambda n: n % K),
+            "first_block_only": seeing(lambda b: min(lengths[b], tokens_per_block)),
+            "last_block_only": lambda: last_block_only(*args, tokens_per_block, dtype),
+            "one_token_too_many": seeing(lambda b: min(lengths[b] + 1, pages_per_sequence
+                                                       * L) if lengths[b] else 0),
+            "v_is_k": with_args(v_pages=k_pages),
+            "q_scaled": with_args(q=q.astype(np.float64) / np.sqrt(H)),
+            "page_table_row_0": with_args(page_indices=np.repeat(page_indices[:1], B, 0)),
+            "m_starts_at_zero": lambda: m_starts_at_zero(*args, dtype)}
+
+
+@dataclasses.dataclass
+class PagedBudget:
+    """What paged_attention's schedule computes, moves and holds: one block of
+    pages_per_block pages at a time per (sequence, K/V head), double-buffered."""
+    flops: int          # scores and p @ v of the blocks each sequence's length reaches
+    every_block: int    # ... of every block of the page table (nothing skipped)
+    bytes: int          # q in, o out, and each K and V page a sequence reaches, once
+    vmem: int           # two slots of one block of pages, for K and for V; q and o blocks
+    overlapped: int     # dots computed while the next block's pages land
+    most_blocks: int    # the most blocks of any sequence
+
+
+def paged_budget(q, k_pages, lengths, pages_per_block, pages_per_sequence):
+    """The budget of paged_attention(q, k_pages, ..., lengths, ...) (PagedBudget)."""
+    B, N, H = q.shape
+    K, _, L, _ = k_pages.shape
+    tokens_per_block = pages_per_block * L
+    G, itemsize = N // K, q.itemsize
+    blocks = [cdiv(n, tokens_per_block) for n in lengths]
+    every = B * (pages_per_sequence // pages_per_block)
+    block_flops = 2 * (2 * G * tokens_per_block * H)   # scores and p @ v
+    page = L * H * itemsize
+    pages = [cdiv(n, L) for n in lengths]
+    needed = 2 * q.nbytes + 2 * K * sum(pages) * page          # q in, o out, K and V pages
+    two_slots = 2 * 2 * pages_per_block * page          # K and V, two slots each
+    return PagedBudget(flops=K * sum(blocks) * block_flops, every_block=K * every * block_flops,
+                       bytes=needed, vmem=two_slots + 2 * 2 * G * H * itemsize,
+                       overlapped=2 * K * sum(max(n - 1, 0) for n in blocks),
+                       most_blocks=max(blocks))
 
 
 def check_empty_sequences(ran, lengths):
@@ -195,3 +275,29 @@ def attend(q, k, v):
     p = np.exp(s - s.max(axis=1, keepdims=True))
     return np.einsum("nt,nth->nh", p / p.sum(axis=1, keepdims=True),
                      v[heads].astype(np.float64))
+
+
+# --- the chapter's own checks ----------------------------------------------------
+
+def check_paged_rejects(paged_attention, bad, name, *args, pages_per_block):
+    """paged_attention(*args, pages_per_block=) raises a ValueError that names `name`
+    before any kernel is built (bad: the bad argument, in words)."""
+    try:
+        jax.eval_shape(lambda *a: paged_attention(
+            *a, pages_per_block=pages_per_block), *args)
+    except ValueError as error:
+        if name in str(error):
+            return
+        fail("argument_check", f"paged_attention({bad}) raised a ValueError that does not "
+             f"name {name}.", [("called", f"paged_attention({bad})"),
+                               ("raised", str(error)[:200])])
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        fail("argument_check", f"paged_attention({bad}) should raise a ValueError that names "
+             "the argument before any kernel is built; it failed later, inside JAX.",
+             [("called", f"paged_attention({bad})"),
+              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+    fail("argument_check", f"paged_attention({bad}) should raise a ValueError that names the "
+         "argument; it raised nothing.", [("called", f"paged_attention({bad})"),
+                                          ("raised", "nothing")])
