@@ -20,6 +20,8 @@ from ..frozen import np
 from .common import cdiv
 
 
+# --- the causal schedule: the tiles computed, the K/V blocks fetched, their flops ---
+
 def visible_blocks(T, S, block_q, block_kv, causal=True):
     """(i, j) of every (q block, kv block) pair a kernel must compute: with causal,
     those whose first key is at or before the q block's last query."""
@@ -86,6 +88,12 @@ def attention_grads(q, k, v, do, *, delta=True, **options):
     return ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, np.swapaxes(p, -1, -2) @ do
 
 
+def per_group(x, K):
+    """[B, N, S, H] per query head -> [B, K, S, H], summed over each group's heads."""
+    B, N, S, H = x.shape
+    return x.reshape(B, K, N // K, S, H).sum(axis=2)
+
+
 def strided_group(x, K):
     """[B, N, S, H] -> [B, K, S, H] summed over heads h, h + K, h + 2K...: query head
     h + g * K taken for group h, the layout of n % K, not n // (N // K)."""
@@ -112,6 +120,8 @@ def online_variants(q, k, v, block_kv, *, rescale_l, rescale_acc):
         m = m_new
     return (acc / l).astype(np.float32)
 
+
+# --- per puzzle: known wrong answers ------------------------------------------
 
 def grid_mistakes(q, k, v):
     """Known wrong flash_grid(q, k, v) outputs (blocks of 128), for check(..., likely=)."""
@@ -163,8 +173,6 @@ def causal_mistakes(q, k, v, block_q=128, block_kv=128):
             "mask_ignored": wrong(),
             "bottom_right": wrong(causal=True, diagonal=S - T)}
 
-
-# --- what each puzzle's tests know about wrong answers -----------------------
 
 def dense_mistakes(q, k, v, causal, dtype):
     """Known wrong attention(q, k, v, causal=causal) outputs, for check(..., likely=)."""
@@ -269,12 +277,6 @@ def group_mistakes(expected, n, K, dtype):
             "first_head_only": lambda: per_head[:, ::G].astype(dtype),
             "dk_dv_swapped": lambda: per_group(expected[3 - n], K).astype(dtype),
             "group_heads_strided": lambda: strided_group(per_head, K).astype(dtype)}
-
-
-def per_group(x, K):
-    """[B, N, S, H] per query head -> [B, K, S, H], summed over each group's heads."""
-    B, N, S, H = x.shape
-    return x.reshape(B, K, N // K, S, H).sum(axis=2)
 
 
 # --- budgets -------------------------------------------------------------------

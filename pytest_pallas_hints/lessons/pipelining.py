@@ -20,7 +20,7 @@ from ..frozen import np
 from .common import cdiv
 
 
-# --- what your DMAs did ------------------------------------------------------
+# --- what the learner's DMAs did ---------------------------------------------
 
 def dma_traffic(ran, direction):
     """(bytes, copies) your kernels' own DMAs moved: "read" HBM -> VMEM, "written"
@@ -102,7 +102,7 @@ def check_in_flight(ran, *, at_least, why):
             [("in flight", f"yours at most {most} · the puzzle's schedule {at_least}")])
 
 
-# --- what each puzzle's tests know about wrong answers -----------------------
+# --- per puzzle: known wrong answers ------------------------------------------
 
 def column_sum_mistakes(x, chunk):
     """The wrong answers a chunk loop is known to give for the column sum of x [S, D],

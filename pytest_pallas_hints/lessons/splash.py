@@ -26,7 +26,7 @@ from .common import cdiv
 EMPTY, PARTIAL, FULL = 0, 1, 2
 
 
-# --- masks, made here (not by your make_mask) --------------------------------
+# --- masks the tests draw themselves (not the learner's make_mask) -----------
 
 def positions(T, S):
     return np.arange(T)[:, None], np.arange(S)[None, :]
@@ -378,7 +378,7 @@ def check_mask_store(ran, tables):
                          f"patterns = {distinct} B")])
 
 
-# --- what each puzzle's tests know about wrong answers -----------------------
+# --- per puzzle: known wrong answers, inputs drawn, checks worded here -------
 
 def returned_pair(yours, says):
     """Fails with `says` unless yours is a tuple of two (the tables a puzzle returns)."""
