@@ -271,7 +271,7 @@ def test_dedup(heads, T, S, block_q, block_kv, shape, rng):
     with lesson.stack_fallback(mask, block_q, block_kv):   # np.stack([]): named
         yours = splash.dedup_blocks(mask, block_q, block_kv)
     lesson.returned_pair(yours, "dedup_blocks returns a tuple of two arrays, (mask_blocks, "
-                  "block_index).")
+                                "block_index).")
     blocks, block_index = (np.asarray(x) for x in yours)
     lesson.check_stored_blocks(blocks, block_index, mask, block_q, block_kv)
     check(blocks, stored, name="mask_blocks", blocks=(1, None, None), axes="P bq bkv",
