@@ -10,15 +10,17 @@ divide, bfloat16), then checks that the kernels would compile for a real TPU.
 Two tests count the bytes your kernels move between HBM and VMEM. Tests
 marked `tpu` run realistic sizes on a real TPU and are skipped elsewhere.
 """
-import functools
-import math
-
 import jax
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, chapter, check, check_structure, check_traffic,
-                                 check_work, fail, lowers_for_tpu, measure, run_jax)
+from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_structure,
+                                 check_traffic, check_work, lowers_for_tpu, measure,
+                                 run_jax, tpu_sized)
+# The right answers (float64 NumPy attention and its gradients) and the inputs drawn:
+from pytest_pallas_hints.lessons.flash import attention, attention_grads, inputs, per_group
+# What the kit knows besides: known wrong answers, budgets, the chapter's own checks.
+from pytest_pallas_hints.lessons import flash as lesson
 
 flash = chapter("flash")
 
@@ -31,90 +33,6 @@ on_tpu = pytest.mark.tpu
 ATTENTION = Structure(inside={"dot_general", "exp"})
 # The backward's row term delta = sum(dO * O) may be computed around the kernels.
 DELTA = {"mul", "reduce_sum", "broadcast_in_dim", "convert_element_type", "slice"}
-
-
-def visible_blocks(T, S, block_q, block_kv, causal=True):
-    """(i, j) of every (q block, kv block) pair a kernel must compute: with causal,
-    those whose first key is at or before the q block's last query."""
-    return [(i, j) for i in range(T // block_q) for j in range(S // block_kv)
-            if not causal or j * block_kv <= (i + 1) * block_q - 1]
-
-
-def kv_fetches(T, S, block_q, block_kv, causal=True):
-    """K (or V) blocks one head fetches over its (q, kv) steps when the kv index map
-    is clamped to the last block a q block needs: a block is fetched whenever the
-    index differs from the previous step's."""
-    last = [((i + 1) * block_q - 1) // block_kv if causal else S // block_kv - 1
-            for i in range(T // block_q)]
-    seq = [min(j, last[i]) for i in range(T // block_q) for j in range(S // block_kv)]
-    return 1 + sum(a != b for a, b in zip(seq, seq[1:]))
-
-
-def dot_flops(blocks, dots, block_q, block_kv, H):
-    """Flops of `dots` (block_q x H) @ (H x block_kv)-sized dots in each of `blocks`."""
-    return blocks * dots * 2 * block_q * block_kv * H
-
-
-# --- attention in float64 NumPy: the expected values -------------------------
-
-def scores(q, k, *, causal=False, sm_scale=None, kv_len=None, head_of=None, diagonal=0):
-    """s [B, N, T, S] in float64, -inf where a key is hidden. Query head n reads K/V
-    head head_of(n) (default n // (N // K)); causal keeps keys j <= i + diagonal."""
-    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
-    (_, N, T, H), (K, S) = q.shape, k.shape[1:3]
-    heads = [head_of(n) if head_of else n // (N // K) for n in range(N)]
-    s = np.einsum("bnth,bnsh->bnts", q, k[:, heads])
-    s *= 1 / math.sqrt(H) if sm_scale is None else sm_scale
-    row, col = np.arange(T)[:, None], np.arange(S)[None, :]
-    visible = np.ones((T, S), bool)
-    if causal:
-        visible &= col <= row + diagonal
-    if kv_len is not None:
-        visible &= col < kv_len
-    return np.where(visible, s, -np.inf), heads
-
-
-def attention(q, k, v, **options):
-    """(o, lse) in float64: softmax(s) @ v and logsumexp(s) over the keys."""
-    s, heads = scores(q, k, **options)
-    m = s.max(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore"):  # a wrong answer may hide every key of a row
-        e = np.exp(s - m)
-    l = e.sum(axis=-1, keepdims=True)
-    o = (e / l) @ np.asarray(v, np.float64)[:, heads]
-    return o, (m + np.log(l))[..., 0]
-
-
-def attention_grads(q, k, v, do, *, delta=True, **options):
-    """dq, and dk, dv per query head [B, N, S, H] (sum them over a group for [B, K, S, H])."""
-    s, heads = scores(q, k, **options)
-    q, do = np.asarray(q, np.float64), np.asarray(do, np.float64)
-    k, v = np.asarray(k, np.float64)[:, heads], np.asarray(v, np.float64)[:, heads]
-    p = np.exp(s - s.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
-    o = p @ v
-    dp = do @ np.swapaxes(v, -1, -2)
-    ds = p * (dp - (do * o).sum(axis=-1, keepdims=True)) if delta else p * dp
-    scale = 1 / math.sqrt(q.shape[-1])
-    return ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, np.swapaxes(p, -1, -2) @ do
-
-
-def strided_group(x, K):
-    """[B, N, S, H] -> [B, K, S, H] summed over heads h, h + K, h + 2K...: query head
-    h + g * K taken for group h, the layout of n % K, not n // (N // K)."""
-    B, N, S, H = x.shape
-    return x.reshape(B, N // K, K, S, H).sum(axis=1)
-
-
-def per_group(x, K):
-    """[B, N, S, H] per query head -> [B, K, S, H], summed over each group's heads."""
-    B, N, S, H = x.shape
-    return x.reshape(B, K, N // K, S, H).sum(axis=2)
-
-
-def inputs(rng, B, N, K, T, S, H, dtype="float32"):
-    return (rng.normal((B, N, T, H), dtype), rng.normal((B, K, S, H), dtype),
-            rng.normal((B, K, S, H), dtype))
 
 
 def with_grads(q, k, v, do, *, attend, **static):
@@ -134,35 +52,12 @@ def with_grads(q, k, v, do, *, attend, **static):
 def test_dense(B, N, K, T, S, H, causal, dtype, rng):
     q, k, v = inputs(rng, B, N, K, T, S, H, dtype)
 
-    def wrong(**options):
-        return lambda: attention(q, k, v, **options)[0].astype(dtype)
-
-    check(run_jax(flash.attention, q, k, v, causal=causal), wrong(causal=causal)(),
-          blocks=(1, 1, None, None), axes="B N T H",
-          likely={"no_scale": wrong(causal=causal, sm_scale=1.0),
-                  "scale_one_over_h": wrong(causal=causal, sm_scale=1 / H),
-                  "scale_sqrt_h": wrong(causal=causal, sm_scale=math.sqrt(H)),
-                  "head_modulo": wrong(causal=causal, head_of=lambda n: n % K),
-                  "mask_ignored": wrong(),
-                  "bottom_right": wrong(causal=causal, diagonal=S - T)})
+    check(run_jax(flash.attention, q, k, v, causal=causal),
+          attention(q, k, v, causal=causal)[0].astype(dtype), blocks=(1, 1, None, None),
+          axes="B N T H", likely=lesson.dense_mistakes(q, k, v, causal, dtype))
 
 
 # 2 -------------------------------------------------------------------------
-def online_variants(q, k, v, block_kv, *, rescale_l, rescale_acc):
-    """The online recurrence in NumPy, with the alpha rescaling optionally left out."""
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    m = np.full((q.shape[0], 1), -np.inf)
-    l, acc = np.zeros_like(m), np.zeros((q.shape[0], v.shape[1]))
-    for start in range(0, k.shape[0], block_kv):
-        s = q @ k[start:start + block_kv].T / math.sqrt(q.shape[1])
-        m_new = np.maximum(m, s.max(axis=1, keepdims=True))
-        alpha, p = np.exp(m - m_new), np.exp(s - m_new)
-        l = (alpha if rescale_l else 1) * l + p.sum(axis=1, keepdims=True)
-        acc = (alpha if rescale_acc else 1) * acc + p @ v[start:start + block_kv]
-        m = m_new
-    return (acc / l).astype(np.float32)
-
-
 @puzzle("flash.online")
 @pytest.mark.parametrize("T, S, H, block_kv", [
     pytest.param(64, 384, 32, 128, id="T=64 S=384 H=32 block_kv=128"),
@@ -174,19 +69,8 @@ def test_online(T, S, H, block_kv, rng):
     q, k, v = rng.normal((T, H), scale=3.0), rng.normal((S, H)), rng.normal((S, H))
     expected = attention(q[None, None], k[None, None], v[None, None])[0][0, 0]
 
-    def variant(rescale_l, rescale_acc):
-        return lambda: online_variants(q, k, v, block_kv, rescale_l=rescale_l,
-                                       rescale_acc=rescale_acc)
-
-    def last_chunk_only():  # the running max handed on was the old one
-        last = slice((S - 1) // block_kv * block_kv, S)
-        return attention(q[None, None], k[last][None, None],
-                         v[last][None, None])[0][0, 0].astype(np.float32)
-
     check(run_jax(flash.online_attention, q, k, v, block_kv=block_kv), expected.astype(np.float32),
-          tolerance=1e-4,
-          likely={"no_rescale": variant(False, False), "acc_not_rescaled": variant(True, False),
-                  "l_not_rescaled": variant(False, True), "last_chunk_only": last_chunk_only})
+          tolerance=1e-4, likely=lesson.online_mistakes(q, k, v, block_kv))
 
 
 # 3 -------------------------------------------------------------------------
@@ -199,27 +83,16 @@ def test_online(T, S, H, block_kv, rng):
 ])
 def test_kv_loop(T, S, H, block_q, block_kv, rng):
     q, k, v = rng.normal((T, H)), rng.normal((S, H)), rng.normal((S, H))
-    one = (None, None)
-
-    def single(**options):
-        return lambda: attention(q[one], k[one], v[one], **options)[0][0, 0].astype(np.float32)
-
-    def unnormalised():  # acc at the end: the sum of exp(s - m) v, never divided by l
-        s = scores(q[one], k[one])[0][0, 0]
-        return (np.exp(s - s.max(axis=1, keepdims=True)) @ v).astype(np.float32)
-
-    def first_kv_block_only():
-        kv = slice(0, block_kv)
-        return attention(q[one], k[kv][one], v[kv][one])[0][0, 0].astype(np.float32)
-
+    one = (None, None)   # one batch element, one head: [1, 1, T, H]
     ran = measure(flash.flash_one_head, q, k, v, block_q=block_q, block_kv=block_kv,
                   structure=ATTENTION.where(grid=(T // block_q,), blocks={"q": (block_q, H)}))
-    check(ran, single()(), blocks=(block_q, None), axes="T H", tolerance=1e-4,
-          likely={"unnormalised": unnormalised, "first_kv_block_only": first_kv_block_only,
-                  "no_scale": single(sm_scale=1.0)})
+    check(ran, attention(q[one], k[one], v[one])[0][0, 0].astype(np.float32),
+          blocks=(block_q, None), axes="T H", tolerance=1e-4,
+          likely=lesson.kv_loop_mistakes(q, k, v, block_kv))
     blocks = (T // block_q) * (S // block_kv)
-    check_work(ran, flops=dot_flops(blocks, 2, block_q, block_kv, H),
-               likely={"first_kv_block_only": dot_flops(T // block_q, 2, block_q, block_kv, H)})
+    check_work(ran, flops=lesson.dot_flops(blocks, 2, block_q, block_kv, H),
+               likely={"first_kv_block_only": lesson.dot_flops(T // block_q, 2, block_q,
+                                                               block_kv, H)})
     if S > block_kv:  # once per puzzle, to keep the run short
         lowers_for_tpu(ran)
 
@@ -234,7 +107,8 @@ def test_kv_loop(T, S, H, block_q, block_kv, rng):
 def test_grid(B, N, T, S, H, dtype, rng):
     q, k, v = inputs(rng, B, N, N, T, S, H, dtype)
     ran = measure(flash.flash_grid, q, k, v, structure=grid_structure(B, N, T, S, H))
-    check_grid(ran, q, k, v)
+    check(ran, attention(q, k, v)[0].astype(dtype), blocks=(1, 1, 128, None), axes="B N T H",
+          likely=lesson.grid_mistakes(q, k, v))
     lowers_for_tpu(ran)
 
 
@@ -251,29 +125,12 @@ def test_grid_reads_each_kv_block_once_per_q_block(B, N, T, S, H, rng):
     once per q block."""
     q, k, v = inputs(rng, B, N, N, T, S, H)
     ran = measure(flash.flash_grid, q, k, v, structure=grid_structure(B, N, T, S, H))
-    check_grid(ran, q, k, v)
-    check_work(ran, flops=dot_flops(B * N * (T // 128) * (S // 128), 2, 128, 128, H))
+    check(ran, attention(q, k, v)[0].astype(np.float32), blocks=(1, 1, 128, None),
+          axes="B N T H", tolerance=1e-4, likely=lesson.grid_mistakes(q, k, v))
+    check_work(ran, flops=lesson.dot_flops(B * N * (T // 128) * (S // 128), 2, 128, 128, H))
     # q read once, K and V once per q block (T // 128 times), o written once.
     reference = q.nbytes + (T // 128) * (k.nbytes + v.nbytes) + q.nbytes
     check_traffic(ran, reference=reference, minimum=q.nbytes + k.nbytes + v.nbytes + q.nbytes)
-
-
-def check_grid(yours, q, k, v):
-    dtype, S = q.dtype, k.shape[2]
-
-    def last_kv_block_only():  # the state started afresh at every kv step
-        kv = slice(S - 128, S)
-        return attention(q, k[:, :, kv], v[:, :, kv])[0].astype(dtype)
-
-    def first_kv_block_dropped():  # reset after the fold of kv block 0
-        kv = slice(128, S)
-        return attention(q, k[:, :, kv], v[:, :, kv])[0].astype(dtype)
-
-    check(yours, attention(q, k, v)[0].astype(dtype), blocks=(1, 1, 128, None), axes="B N T H",
-          tolerance=1e-4 if dtype == np.float32 else None,
-          likely={"last_kv_block_only": last_kv_block_only,
-                  "first_kv_block_dropped": first_kv_block_dropped,
-                  "no_scale": lambda: attention(q, k, v, sm_scale=1.0)[0].astype(dtype)})
 
 
 # 5 -------------------------------------------------------------------------
@@ -295,53 +152,19 @@ def test_causal(B, N, T, S, H, block_q, block_kv, rng):
     q, k, v = inputs(rng, B, N, N, T, S, H)
     ran = measure(flash.flash_causal, q, k, v, block_q=block_q, block_kv=block_kv,
                   structure=grid_structure(B, N, T, S, H, block_q, block_kv))
-    check_causal(ran, q, k, v, block_q, block_kv)
-    if B * N * T * S > 2 ** 24:  # the tpu config: values only
+    check(ran, attention(q, k, v, causal=True)[0].astype(np.float32),
+          blocks=(1, 1, block_q, None), axes="B N T H", tolerance=1e-4,
+          likely=lesson.causal_mistakes(q, k, v, block_q, block_kv))
+    if tpu_sized():  # values only
         return
-    visible = len(visible_blocks(T, S, block_q, block_kv))
+    visible = len(lesson.visible_blocks(T, S, block_q, block_kv))
     every = (T // block_q) * (S // block_kv)
-    check_work(ran, flops=dot_flops(B * N * visible, 2, block_q, block_kv, H),
-               likely={"every_block_computed": dot_flops(B * N * every, 2, block_q, block_kv, H)})
-    kv_block = block_kv * H * k.itemsize
-    needed = min(S // block_kv, ((T // block_q) * block_q - 1) // block_kv + 1)
-    check_traffic(ran, reference=2 * q.nbytes + 2 * B * N * kv_fetches(T, S, block_q, block_kv)
-                  * kv_block, minimum=2 * q.nbytes + 2 * B * N * needed * kv_block)
+    check_work(ran, flops=lesson.dot_flops(B * N * visible, 2, block_q, block_kv, H),
+               likely={"every_block_computed": lesson.dot_flops(B * N * every, 2, block_q,
+                                                                block_kv, H)})
+    reference, minimum = lesson.causal_traffic(q, k, block_q, block_kv)
+    check_traffic(ran, reference=reference, minimum=minimum)
     lowers_for_tpu(ran)
-
-
-def check_causal(yours, q, k, v, block_q=128, block_kv=128):
-    T, S = q.shape[2], k.shape[2]
-
-    def wrong(**options):
-        return lambda: attention(q, k, v, **options)[0].astype(np.float32)
-
-    def diagonal_excluded():  # query 0 sees no key: a finite mask spreads it evenly
-        o = attention(q, k, v, causal=True, diagonal=-1)[0]
-        seen = ((block_q - 1) // block_kv + 1) * block_kv   # the keys q block 0 visits
-        o[:, :, 0] = np.asarray(v[:, :, :seen], np.float64).mean(axis=2)
-        return o.astype(np.float32)
-
-    def unmasked_diagonal_blocks():  # blocks skipped, but no mask inside the kept ones
-        row, col = np.arange(T)[:, None] // block_q, np.arange(S)[None, :] // block_kv
-        s = np.where(col * block_kv <= (row + 1) * block_q - 1, scores(q, k)[0], -np.inf)
-        e = np.exp(s - s.max(axis=-1, keepdims=True))
-        return ((e / e.sum(axis=-1, keepdims=True)) @ np.asarray(v, np.float64)).astype(np.float32)
-
-    def mask_block_local():  # row and column counted from each block's start
-        row, col = np.arange(T)[:, None], np.arange(S)[None, :]
-        keep = (col // block_kv * block_kv <= row // block_q * block_q + block_q - 1) \
-            & (col % block_kv <= row % block_q)
-        s = np.where(keep, scores(q, k)[0], -np.inf)
-        e = np.exp(s - s.max(axis=-1, keepdims=True))
-        return ((e / e.sum(axis=-1, keepdims=True)) @ np.asarray(v, np.float64)).astype(np.float32)
-
-    check(yours, wrong(causal=True)(), blocks=(1, 1, block_q, None), axes="B N T H",
-          tolerance=1e-4,
-          likely={"diagonal_excluded": diagonal_excluded,
-                  "unmasked_diagonal_blocks": unmasked_diagonal_blocks,
-                  "mask_block_local": mask_block_local,
-                  "mask_ignored": wrong(),
-                  "bottom_right": wrong(causal=True, diagonal=S - T)})
 
 
 # 6 -------------------------------------------------------------------------
@@ -366,22 +189,12 @@ def test_logsumexp(B, N, T, S, H, causal, kv_len, dtype, block_q, block_kv, rng)
     o, lse = ran.output
     check(o, expected_o.astype(dtype), blocks=(1, 1, 128, None), axes="B N T H",
           tolerance=1e-4 if dtype == "float32" else None,
-          likely={"padding_not_masked":
-                  lambda: attention(q, k, v, causal=causal)[0].astype(dtype),
-                  "kv_len_inclusive": lambda: attention(
-                      q, k, v, causal=causal, kv_len=kv_len and kv_len + 1)[0].astype(dtype)})
-
-    def lse_part(part):  # m + log(l), with one half left out
-        s = scores(q, k, causal=causal, kv_len=kv_len)[0]
-        m = s.max(axis=-1)
-        return lambda: (np.log(np.exp(s - m[..., None]).sum(axis=-1)) if part == "log_l"
-                        else m).astype(np.float32)
-
+          likely=lesson.logsumexp_mistakes(q, k, v, causal, kv_len, dtype))
     check(lse, expected_lse.astype(np.float32), name="lse", blocks=(1, 1, 128), axes="B N T",
-          tolerance=1e-4, likely={"lse_without_max": lse_part("log_l"), "max_only": lse_part("m")})
+          tolerance=1e-4, likely=lesson.lse_mistakes(q, k, causal, kv_len))
     if causal:  # once per puzzle, to keep the run short
-        visible = len(visible_blocks(T, S, block_q, block_kv, causal))
-        check_work(ran, flops=dot_flops(B * N * visible, 2, block_q, block_kv, H))
+        visible = len(lesson.visible_blocks(T, S, block_q, block_kv, causal))
+        check_work(ran, flops=lesson.dot_flops(B * N * visible, 2, block_q, block_kv, H))
         lowers_for_tpu(ran)
 
 
@@ -407,31 +220,20 @@ def test_backward(B, N, T, S, H, causal, kv_len, dtype, block_q, block_kv, rng):
                   structure=ATTENTION.where(kernels=2, outside=DELTA))
     dq, dk, dv = ran.output
     expected = attention_grads(q, k, v, do, causal=causal, kv_len=kv_len)
-
-    def no_delta(n):
-        return lambda: attention_grads(q, k, v, do, causal=causal, kv_len=kv_len,
-                                       delta=False)[n].astype(dtype)
-
+    likely = lesson.backward_mistakes(q, k, v, do, dtype, causal=causal, kv_len=kv_len)
     tolerance = 1e-4 if dtype == "float32" else 3e-2
     for n, (name, yours) in enumerate([("dq", dq), ("dk", dk), ("dv", dv)]):
         axes = "B N T H" if name == "dq" else "B N S H"
         check(yours, expected[n].astype(dtype), name=name, blocks=(1, 1, 128, None), axes=axes,
-              tolerance=tolerance, likely={"no_delta": no_delta(n)})
+              tolerance=tolerance, likely=likely[n])
     if dtype != "float32" or (T, S) != (256, 384):   # the accounting below is for this one
         return
     # Every visible (q block, kv block) pair once in each kernel: the dQ kernel's 3
     # dots (s, dP, dQ), the dK/dV kernel's 4 (s, dV, dP, dK).
-    visible = len(visible_blocks(T, S, 128, 128, causal))
-    check_work(ran, flops=dot_flops(B * N * visible, 7, 128, 128, H))
-    # T = 256, S = 384 in 128-blocks, causal: 2 q blocks, 3 K/V blocks. The dQ call
-    # fetches K/V blocks 0 and 1 once each (its kv index map clamped), q, dO, lse and
-    # delta once per q block; the dK/dV call fetches q block 0 for K/V block 0 only
-    # (its q-side index maps clamped from below) and q block 1 once, K/V once each. K/V
-    # block 2 is seen by no query: its first q block is capped at the last one.
-    # Tiles (128, H) f32; lse and delta rows (128, 1) f32; per head, B * N heads.
-    tile, row = 128 * H * 4, 128 * 4
-    needed = B * N * ((18 * tile + 8 * row) + 8 * tile)   # read, then dq, dk, dv written
-    minimum = B * N * ((10 * tile + 4 * row) + 8 * tile)  # every input read once
+    visible = len(lesson.visible_blocks(T, S, 128, 128, causal))
+    check_work(ran, flops=lesson.dot_flops(B * N * visible, 7, 128, 128, H))
+    # Clamped index maps: no K/V block fetched that no query of the step needs.
+    needed, minimum = lesson.backward_traffic(B, N, H)
     check_traffic(ran, reference=needed, minimum=minimum)
     lowers_for_tpu(ran)
     # jax.grad through flash_core runs the three kernels: traced and checked, not run
@@ -449,20 +251,8 @@ def test_gqa_checks_its_arguments(N, K, block_q, block_kv, rng):
     """Bad arguments fail up front, with a message, not deep inside a kernel."""
     q, k, v = inputs(rng, 1, N, K, 128, 128, 64)
     bad = f"N={N}, K={K}" if N % K else f"block_q={block_q}"
-    try:
-        jax.eval_shape(functools.partial(flash.flash_attention, block_q=block_q,
-                                         block_kv=block_kv), q, k, v)
-    except ValueError:
-        return
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        fail("argument_check", f"flash_attention({bad}) should raise a ValueError that names "
-             "the argument before any kernel is built; it failed later, inside JAX.",
-             [("called", f"flash_attention({bad})"),
-              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
-    fail("argument_check", f"flash_attention({bad}) should raise a ValueError that names the "
-         "argument; it raised nothing.", [("called", f"flash_attention({bad})"), ("raised", "nothing")])
+    lesson.check_attention_rejects(flash.flash_attention, bad, q, k, v, block_q=block_q,
+                                   block_kv=block_kv)
 
 
 # 8 -------------------------------------------------------------------------
@@ -488,38 +278,25 @@ def test_gqa(B, N, K, T, S, H, causal, dtype, rng):
         # Blocks shrink to the sequence rounded up to 8 rows, then the sequence is
         # padded to whole blocks: T=60 -> one 64-row q block, S=255 -> two 128-key
         # blocks. Two dots (s = q k^T, p v) per (q block, kv block) pair per head.
-        block_q, block_kv = min(128, -(-T // 8) * 8), min(128, -(-S // 8) * 8)
+        block_q, block_kv = min(128, cdiv(T, 8) * 8), min(128, cdiv(S, 8) * 8)
         ran = measure(flash.flash_attention, q, k, v, causal=causal,
-                      structure=grid_structure(B, N, -(-T // block_q) * block_q,
-                                               -(-S // block_kv) * block_kv, H, block_q,
+                      structure=grid_structure(B, N, cdiv(T, block_q) * block_q,
+                                               cdiv(S, block_kv) * block_kv, H, block_q,
                                                block_kv).where(outside=padding))
         o = ran.output
-        pairs = -(-T // block_q) * -(-S // block_kv)
-        check_work(ran, flops=dot_flops(B * N * pairs, 2, block_q, block_kv, H))
-
-    def modulo():
-        return attention(q, k, v, causal=causal, head_of=lambda n: n % K)[0].astype(dtype)
-
-    def padded_keys_seen():  # S padded with zero keys up to a whole block, none masked
-        block_kv = min(128, -(-S // 8) * 8)
-        pad = ((0, 0), (0, 0), (0, -S % block_kv), (0, 0))
-        return attention(q, np.pad(k, pad), np.pad(v, pad), causal=causal)[0].astype(dtype)
+        pairs = cdiv(T, block_q) * cdiv(S, block_kv)
+        check_work(ran, flops=lesson.dot_flops(B * N * pairs, 2, block_q, block_kv, H))
 
     check(o, attention(q, k, v, causal=causal)[0].astype(dtype), blocks=(1, 1, 128, None),
           axes="B N T H", tolerance=1e-4 if with_backward else None,
-          likely={"head_modulo": modulo, "padding_not_masked": padded_keys_seen})
+          likely=lesson.gqa_mistakes(q, k, v, causal, dtype))
     if not with_backward:
         return
     expected = attention_grads(q, k, v, do, causal=causal)
     check(dq, expected[0].astype(dtype), name="dq", blocks=(1, 1, 128, None), axes="B N T H",
           tolerance=1e-4)
-    G = N // K
     for n, (name, yours) in enumerate([("dk", dk), ("dv", dv)], start=1):
-        per_head = expected[n]
-        check(yours, per_group(per_head, K).astype(dtype), name=name, blocks=(1, 1, 128, None),
-              axes="B K S H", tolerance=1e-4,
-              likely={"last_head_only": lambda: per_head[:, G - 1::G].astype(dtype),
-                      "first_head_only": lambda: per_head[:, ::G].astype(dtype),
-                      "dk_dv_swapped": lambda: per_group(expected[3 - n], K).astype(dtype),
-                      "group_heads_strided": lambda: strided_group(per_head, K).astype(dtype)})
+        check(yours, per_group(expected[n], K).astype(dtype), name=name,
+              blocks=(1, 1, 128, None), axes="B K S H", tolerance=1e-4,
+              likely=lesson.group_mistakes(expected, n, K, dtype))
     lowers_for_tpu(ran)
