@@ -25,8 +25,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import Structure, chapter, check, check_rejects, measure
-from pytest_pallas_hints.lessons.common import f64
+from pytest_pallas_hints import Structure, chapter, check, check_rejects, f64, measure
 from pytest_pallas_hints.lessons.hopper import (
     attention_f64, attention_f64_heads, attention_not_rescaled, check_barriers_waited,
     check_by_tma_only, check_copies_in_bounds, check_k_steps, check_kv_blocks_visited,

@@ -22,9 +22,8 @@ import numpy as np
 import pytest
 
 from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_blocks, check_traffic,
-                                 check_work, lowers_for_tpu, measure, run_jax, tpu_sized)
+                                 check_work, f64, lowers_for_tpu, measure, run_jax, tpu_sized)
 from pytest_pallas_hints.lessons import ragged_dot as lesson   # known wrong answers, budgets
-from pytest_pallas_hints.lessons.common import f64
 
 ragged_dot = chapter("ragged_dot")
 

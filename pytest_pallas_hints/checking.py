@@ -116,14 +116,14 @@ class Measured:
     #                                 kernels already walked before the run
 
     @functools.cached_property
-    def steps(self) -> list[walk.Counts]:
+    def counts(self) -> list[walk.Counts]:
         """Per kernel run, what its kernel executed over the grid (flops, DMAs)."""
         jaxcompat.require("work accounting")
         with kit_step("work accounting"):
             try:
                 return [self._on_mesh(run) if run.device is not None else
                         self._walked(run.site.call, run.prefetch) or
-                        walk.kernel_steps(run.site.call, run.prefetch) for run in self.executed]
+                        walk.kernel_counts(run.site.call, run.prefetch) for run in self.executed]
             except walk.Uncountable as why:
                 fail("uncountable", (
                     f"the kit counts what a kernel does from its grid indices and prefetched "
@@ -134,7 +134,7 @@ class Measured:
     def work(self) -> int:
         """Flops of the dots the kernels executed (a skipped block counts zero)."""
         self._countable()
-        return sum(counts.flops for counts in self.steps)
+        return sum(counts.flops for counts in self.counts)
 
     @functools.cached_property
     def traffic(self):
@@ -143,10 +143,10 @@ class Measured:
 
         jaxcompat.require("byte accounting")
         self._countable()
-        steps = self.steps
+        counts = self.counts
         with kit_step("byte accounting"):
             try:
-                return traffic.count(self.program, self.executed, steps, self.output)
+                return traffic.count(self.program, self.executed, counts, self.output)
             except walk.Uncountable as why:
                 fail("uncountable", f"the kit cannot count the bytes your kernels move: {why}.")
 
@@ -174,7 +174,7 @@ class Measured:
         mine = {(site.index, n) for site, n in self._operands_from(array)}
         moved = sum(op.bytes for op in self.traffic.operands
                     if (op.site, op.operand) in mine and op.direction == direction)
-        for run, counts in zip(self.executed, self.steps):
+        for run, counts in zip(self.executed, self.counts):
             for source, target, nbytes in counts.dma_operands:
                 end = source if direction == "read" else target
                 if (run.site.index, end) in mine:
@@ -195,7 +195,7 @@ class Measured:
         argument left in HBM): 0 where nothing read it, 2 where two copies did."""
         mine = {(site.index, n) for site, n in self._operands_from(array)}
         copied = np.zeros(np.shape(array), np.int64)
-        for run, counts in zip(self.executed, self.steps):
+        for run, counts in zip(self.executed, self.counts):
             for source, box, _, _ in counts.dma_windows:
                 if (run.site.index, source) in mine:
                     if box is None or len(box) != copied.ndim:
@@ -208,7 +208,7 @@ class Measured:
     def remote_bytes(self) -> int:
         """The bytes the kernels' remote DMAs moved from chip to chip, all devices
         together (each copy counted once, by the device that started it)."""
-        return sum(nbytes for counts in self.steps for _, nbytes, _, _ in counts.remote)
+        return sum(nbytes for counts in self.counts for _, nbytes, _, _ in counts.remote)
 
     def _on_mesh(self, run) -> walk.Counts:
         """What a kernel inside a shard_map did on device ``run.device`` (every device of
@@ -216,7 +216,7 @@ class Measured:
         for done, values, counts in self.walked:
             if done is run.site.call and values is None:
                 return counts[run.device]
-        per_device = walk.mesh_steps(run.site.call, run.site.mesh)
+        per_device = walk.mesh_counts(run.site.call, run.site.mesh)
         self.walked.append((run.site.call, None, per_device))
         return per_device[run.device]
 
@@ -267,7 +267,7 @@ class Measured:
         the walk of its kernel; a store under a condition the walk cannot decide counts
         as made. None when the walk or the index map cannot be followed."""
         try:
-            runs = [(run, counts) for run, counts in zip(self.executed, self.steps)
+            runs = [(run, counts) for run, counts in zip(self.executed, self.counts)
                     if any(b is block for b in run.site.call.blocks)]
             stored = set()
             for run, counts in runs:
@@ -288,7 +288,7 @@ class Measured:
         from the walk; one under a condition the walk cannot decide counts); None when
         not known."""
         try:
-            for run, counts in zip(self.executed, self.steps):
+            for run, counts in zip(self.executed, self.counts):
                 call = run.site.call
                 outputs = {call.num_prefetch + k for k, b in enumerate(call.blocks)
                            if not b.is_input}
@@ -473,7 +473,7 @@ def _check_mesh_walks(sites) -> list:
             continue
         with kit_step("checks before the run"):
             try:
-                per_device = walk.mesh_steps(site.call, site.mesh)
+                per_device = walk.mesh_counts(site.call, site.mesh)
             except walk.Uncountable:
                 continue
         walked.append((site.call, None, per_device))
@@ -505,7 +505,7 @@ def _check_walks(runs) -> list:
     for call, prefetch in runs:
         with kit_step("checks before the run"):
             try:
-                counts = walk.kernel_steps(call, prefetch)
+                counts = walk.kernel_counts(call, prefetch)
             except walk.Uncountable:
                 continue   # judged by the run itself (a race, a time bound)
         walked.append((call, prefetch, counts))
@@ -922,8 +922,8 @@ def check_overlap(measured: Measured, *, work: str, at_least: int, why: str) -> 
     """Passes if the kernels ran ``work`` (a primitive: "reduce_sum", "dot_general") at
     least ``at_least`` times while one of their DMAs was in flight: overlap is compute
     done while data moves, not copies started together."""
-    overlapped = sum(counts.overlapped.get(work, 0) for counts in measured.steps)
-    executed = sum(counts.executed.get(work, 0) for counts in measured.steps)
+    overlapped = sum(counts.overlapped.get(work, 0) for counts in measured.counts)
+    executed = sum(counts.executed.get(work, 0) for counts in measured.counts)
     if overlapped < at_least:
         what = WORDS.get(work, work)
         raise Diagnosed("not_overlapped", (

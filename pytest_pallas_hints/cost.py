@@ -116,7 +116,7 @@ class KernelCost:
 def of(measured) -> list[KernelCost]:
     """The cost of every kernel run of one measured program."""
     costs = []
-    for run, counts in zip(measured.executed, measured.steps):
+    for run, counts in zip(measured.executed, measured.counts):
         moved = sum(op.bytes for op in measured.traffic.operands
                     if op.site == run.site.index and op.direction in ("read", "written"))
         costs.append(KernelCost(run.site.call.name, dict(counts.dot_flops), counts.elementwise,

@@ -69,7 +69,7 @@ class GridWalk:
 def of(measured) -> list[GridWalk]:
     """The walk of every kernel run of a measured program."""
     walks = []
-    for run, counts in zip(measured.executed, measured.steps):
+    for run, counts in zip(measured.executed, measured.counts):
         call = run.site.call
         steps = walk.grid_steps(call.grid)
         operands = []

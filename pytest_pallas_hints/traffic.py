@@ -12,7 +12,7 @@ program run (``program.execute``), the traffic a TPU's pipeline would cause:
   prefetch operands themselves are not counted;
 * operands left in HBM (``memory_space=pl.ANY``) count only what the
   kernel's own DMAs (``pltpu.make_async_copy``) move, each DMA the kernel
-  starts, at every grid step (``walk.kernel_steps``).
+  starts, at every grid step (``walk.kernel_counts``).
 
 A block that hangs off the end of its array counts only its in-bounds part.
 
@@ -70,7 +70,7 @@ def mib(*sizes: int) -> str | list[str]:
 
 def count(program, executed: list, steps: list, output=None) -> Traffic:
     """The traffic of one run: ``executed`` from ``program.execute``, ``steps`` the
-    ``walk.kernel_steps`` of each executed kernel."""
+    ``walk.kernel_counts`` of each executed kernel."""
     operands: list[Operand] = []
     for run, counted in zip(executed, steps):
         operands += _pipelined(run.site.call, run.prefetch, run.site.index)

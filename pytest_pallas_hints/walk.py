@@ -9,7 +9,7 @@ every value either a NumPy array or ``UNKNOWN``:
 
 * ``index_maps``: the block indices an index map returns at every grid step
   (vectorised: each grid index is a column of all the steps at once);
-* ``kernel_steps``: per grid step, the flops of every ``dot_general`` the
+* ``kernel_counts``: per grid step, the flops of every ``dot_general`` the
   kernel executes (a dot under a ``pl.when`` that is false counts zero, a dot
   in a ``fori_loop`` counts once per iteration), the bytes of every DMA it
   starts (``make_async_copy``) and which operand each copies from or into, and
@@ -673,7 +673,7 @@ def grid_steps(grid) -> np.ndarray:
     return np.indices(grid).reshape(len(grid), -1).T
 
 
-def kernel_steps(call, prefetch: list) -> Counts:
+def kernel_counts(call, prefetch: list) -> Counts:
     """What ``call``'s kernel does over its whole grid: flops, DMAs and the DMA ledger.
     The refs live as long as the kernel run, as on a TPU: a scalar-prefetch value the
     kernel overwrites, or a copy started at one grid step and waited at the next, is
@@ -968,7 +968,7 @@ class MeshWalk:
                 self.problems += ledger.leftovers()
 
 
-def mesh_steps(call, axes: tuple) -> list[Counts]:
+def mesh_counts(call, axes: tuple) -> list[Counts]:
     """What ``call``'s kernel does on every device of its mesh (``axes``: ((name,
     size), ...) of the shard_map it runs in), one Counts per device in mesh order; the
     problems of the mesh's DMA ledger (remote copies and semaphores included) are in

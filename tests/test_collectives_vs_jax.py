@@ -152,7 +152,7 @@ def test_all_gather_matmul_is_the_gather_then_the_matmul(n, M, K, F):
     np.testing.assert_allclose(np.asarray(ran.output), expected, rtol=1e-5,
                                atol=1e-5 * np.abs(expected).max())
     assert ran.remote_bytes == n * (n - 1) * M * K * 4
-    assert sum(c.overlapped.get("dot_general", 0) for c in ran.steps) == n * (n - 1)
+    assert sum(c.overlapped.get("dot_general", 0) for c in ran.counts) == n * (n - 1)
 
 
 def jax_all_gather():

@@ -111,7 +111,7 @@ def test_paired_copies_pass_and_their_overlap_is_counted():
     x = np.arange(2 * ROWS * D, dtype=np.float32).reshape(2, ROWS, D)
     ran = measure(two_slot_call, x, kernel=paired_kernel, structure=None)
     np.testing.assert_array_equal(np.asarray(ran.output), x[0] + x[1])
-    assert ran.steps[0].most_in_flight == 2 and not ran.steps[0].dma_problems
+    assert ran.counts[0].most_in_flight == 2 and not ran.counts[0].dma_problems
 
 
 @pytest.mark.parametrize("kernel, kind, label, text", [
@@ -215,7 +215,7 @@ def test_a_copy_started_at_one_grid_step_may_be_waited_at_the_next():
     x = np.arange(4 * ROWS * D, dtype=np.float32).reshape(4, ROWS, D)
     ran = measure(prefetch_next_step, x, waits_last=True, structure=None)
     np.testing.assert_array_equal(np.asarray(ran.output), x.reshape(-1, D))
-    assert ran.steps[0].most_in_flight == 2
+    assert ran.counts[0].most_in_flight == 2
     with pytest.raises(Diagnosed) as info:
         measure(prefetch_next_step, x, waits_last=False, structure=None)
     assert info.value.kind == "dma_not_waited"
@@ -253,7 +253,7 @@ def test_waits_are_matched_by_bytes_on_a_shared_semaphore_with_prefetched_indice
     ids = np.array([3, 1, 4, 1, 5, 9, 2, 6], np.int32)
     ran = measure(gather, table, ids, scale_ids=1, structure=None)
     np.testing.assert_array_equal(np.asarray(ran.output), table[ids])
-    assert ran.steps[0].most_in_flight == 8
+    assert ran.counts[0].most_in_flight == 8
     assert ran.traffic.read == 8 * D * 4
 
 
@@ -284,7 +284,7 @@ def test_emit_pipeline_traces_as_for_a_tpu_and_the_walk_follows_its_copies():
     ran = measure(column_sum, x, chunk=16, structure=None)
     np.testing.assert_allclose(np.asarray(ran.output), x.sum(0, keepdims=True), rtol=1e-5,
                                atol=1e-5)
-    counts = ran.steps[0]
+    counts = ran.counts[0]
     assert not counts.dma_problems and counts.dmas_followed and counts.most_in_flight == 2
     assert ran.traffic.read == x.nbytes
 
@@ -316,7 +316,7 @@ def test_a_double_buffered_fori_loop_passes():
         scratch_shapes=[pltpu.VMEM((2, ROWS, D), x.dtype), pltpu.SemaphoreType.DMA((2,))])(x),
         x, structure=None)
     np.testing.assert_array_equal(np.asarray(ran.output), x.sum(0))
-    assert ran.steps[0].most_in_flight == 2
+    assert ran.counts[0].most_in_flight == 2
 
 
 def test_the_walk_divides_floats_as_floats_and_integers_toward_zero():
@@ -375,7 +375,7 @@ def test_a_small_integer_scratch_is_followed_once_written_whole(branch_on_data):
 
     ran = measure(call, x, structure=None)
     np.testing.assert_array_equal(np.asarray(ran.output), x[0])
-    counts = ran.steps[0]
+    counts = ran.counts[0]
     assert counts.dmas_followed is not branch_on_data
     assert counts.most_in_flight == 1 and not counts.dma_problems
 
@@ -402,5 +402,5 @@ def test_a_prefetched_index_read_past_its_end_is_unknown_to_the_walk():
     from pytest_pallas_hints import jaxcompat
 
     call = jaxcompat.kernel_call(closed.jaxpr.eqns[0])
-    counts = walk.kernel_steps(call, [ids])
+    counts = walk.kernel_counts(call, [ids])
     assert [p.kind for p in counts.dma_problems] == ["dma_not_waited"]

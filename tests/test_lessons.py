@@ -71,7 +71,7 @@ X = np.arange(CHUNKS * CHUNK * D, dtype=np.float32).reshape(CHUNKS * CHUNK, D) /
 def test_overlap_is_compute_while_a_copy_is_in_flight(kernel, slots, overlaps):
     ran = measure(column_sum(kernel, slots), X, structure=None)
     np.testing.assert_allclose(ran.output, X.sum(axis=0, keepdims=True), rtol=1e-5)
-    assert max(c.most_in_flight for c in ran.steps) >= 2   # copies together, every time
+    assert max(c.most_in_flight for c in ran.counts) >= 2   # copies together, every time
     if overlaps:
         check_overlap(ran, work="reduce_sum", at_least=CHUNKS - 1, why="")
     else:

@@ -86,9 +86,9 @@ def test_a_kernel_in_a_shard_map_runs_once_per_device_and_its_remote_bytes_are_c
     np.testing.assert_array_equal(np.asarray(ran.output), np.roll(x, ROWS, axis=0))
     block = ROWS * D * 4
     assert ran.remote_bytes == DEVICES * block
-    assert [counts.remote[0][:2] for counts in ran.steps] == [
+    assert [counts.remote[0][:2] for counts in ran.counts] == [
         ((d + 1) % DEVICES, block) for d in range(DEVICES)]
-    assert ran.steps[0].dmas_followed and not ran.steps[0].dma_problems
+    assert ran.counts[0].dmas_followed and not ran.counts[0].dma_problems
     with jax.set_mesh(mesh):
         checking.lowers_for_tpu(ran)
 
@@ -106,7 +106,7 @@ def test_lax_axis_index_is_each_devices_own():
     fn = jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
     with jax.set_mesh(mesh):
         ran = measure(fn, np.zeros((DEVICES * ROWS, D), np.float32), structure=None)
-    assert [counts.executed.get("mul", 0) for counts in ran.steps] == [0, 0, 1, 0]
+    assert [counts.executed.get("mul", 0) for counts in ran.counts] == [0, 0, 1, 0]
 
 
 @pytest.mark.parametrize("options, kind, line", [
@@ -213,7 +213,7 @@ def test_two_copies_on_one_receive_semaphore_are_named_and_one_each_passes():
                 assert failed.value.kind == ("remote_semaphores_swapped" if shared == "swapped"
                                              else "remote_shared_semaphore")
             else:
-                assert not measure(fn, x, structure=None).steps[0].dma_problems
+                assert not measure(fn, x, structure=None).counts[0].dma_problems
 
 
 HANGS = """

@@ -164,7 +164,7 @@ def test_ours_fetches_only_pages_that_hold_a_token_jax_whole_blocks():
     assert page_bytes(ours) == 2 * K * ours_pages * page == 2 * K * 7 * page
     assert page_bytes(theirs) == 2 * K * jax_pages * page == 2 * K * 8 * page
     for ran in (ours, theirs):
-        counts = ran.steps[0]
+        counts = ran.counts[0]
         assert counts.dmas_followed and not counts.dma_problems
         assert counts.most_in_flight > 2 * ppb   # the next block lands during this one
 

@@ -399,7 +399,7 @@ def test_a_failure_of_the_kit_itself_is_reported_as_such_and_changes_no_progress
     def broken(*args):
         raise RuntimeError("walk broke")
 
-    monkeypatch.setattr(walk, "kernel_steps", broken)
+    monkeypatch.setattr(walk, "kernel_counts", broken)
     result = kit.run("exercises/test_basics.py", "-k", "bias_gelu")
     out = result.stdout.str()
     assert result.parseoutcomes().get("errors") == 3   # every test of it that runs here

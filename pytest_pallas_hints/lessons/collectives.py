@@ -55,7 +55,7 @@ def check_on_every_device(ran, n):
 def check_copies_leave(ran):
     """No remote copy lands on the device that started it (device_id=(me,)): on a ring
     of two or more chips every copy of this chapter goes to a neighbour."""
-    for run, counts in zip(ran.executed, ran.steps):
+    for run, counts in zip(ran.executed, ran.counts):
         for target, *_ in counts.remote:
             if run.device is not None and target == run.device and run.site.devices > 1:
                 fail("sent_to_itself", (

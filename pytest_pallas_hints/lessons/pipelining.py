@@ -32,7 +32,7 @@ def dma_traffic(ran, direction):
 
 def in_flight(ran):
     """The most copies your kernels had in flight at once."""
-    return max(counts.most_in_flight for counts in ran.steps)
+    return max(counts.most_in_flight for counts in ran.counts)
 
 
 def check_own_copies(ran, *, read=None, written=None, copies=None, what="x",

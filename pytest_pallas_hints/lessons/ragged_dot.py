@@ -675,7 +675,7 @@ def check_vjp_counts(ran, output, site, *, flops, moved):
     (reference, minimum)."""
     what, name = VJP_WHAT[output], site.call.name
     ran.work    # every kernel countable
-    done = sum(counts.flops for run, counts in zip(ran.executed, ran.steps)
+    done = sum(counts.flops for run, counts in zip(ran.executed, ran.counts)
                if run.site.index == site.index)
     if done != flops:
         fail("work_high" if done > flops else "work_low", (

@@ -65,7 +65,7 @@ def copies(*pairs, devices=4):
     site = types.SimpleNamespace(devices=devices)
     return types.SimpleNamespace(
         executed=[types.SimpleNamespace(device=d, site=site) for d, _ in pairs],
-        steps=[types.SimpleNamespace(remote=[(t, "x", 512)]) for _, t in pairs])
+        counts=[types.SimpleNamespace(remote=[(t, "x", 512)]) for _, t in pairs])
 
 
 def test_check_copies_leave_by_hand():

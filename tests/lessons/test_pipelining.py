@@ -66,7 +66,7 @@ def run_of(*operands, in_flight=(1,), copies=None):
     copies in flight per kernel run, and copies_of."""
     return types.SimpleNamespace(
         traffic=types.SimpleNamespace(operands=list(operands)),
-        steps=[types.SimpleNamespace(most_in_flight=n) for n in in_flight],
+        counts=[types.SimpleNamespace(most_in_flight=n) for n in in_flight],
         copies_of=lambda array: copies)
 
 
@@ -288,7 +288,7 @@ def test_paged_budget_is_what_the_reference_does():
     assert ran.work == budget.flops
     assert ran.traffic.total == budget.bytes
     assert max(found.total for found in ran.vmem) == budget.vmem
-    assert sum(counts.overlapped.get("dot_general", 0) for counts in ran.steps) \
+    assert sum(counts.overlapped.get("dot_general", 0) for counts in ran.counts) \
         == budget.overlapped
     # by hand: blocks of 16 tokens, lengths 1, 24, 13, 0 -> 1 + 2 + 1 + 0 blocks, at most 2
     G, tokens = 2, 16
