@@ -952,11 +952,13 @@ def check_blocks(measured: Measured, *, name: str = "output", sites=None, **shap
     raise failure
 
 
-def check_rejects(function: Callable, cases, *, advice: str = "") -> None:
+def check_rejects(function: Callable, cases, *, advice: str = "",
+                  kind: str = "bad_arguments") -> None:
     """Each case ``(why, args, static, names)`` must make ``function(*args, **static)``
     raise a ValueError whose message names one of ``names`` (the argument at fault;
     None: any ValueError), before any kernel is built: traced, not run. ``advice``: a
-    sentence for the learner when it does not (how the chapter checks its arguments)."""
+    sentence for the learner when it does not (how the chapter checks its arguments);
+    ``kind``: the finding's kind, for the hints file's words."""
     import re
 
     import jax
@@ -978,7 +980,7 @@ def check_rejects(function: Callable, cases, *, advice: str = "") -> None:
         except ValueError as error:
             if names is None or any(re.search(rf"\b{n}\b", str(error)) for n in names):
                 continue
-            fail("bad_arguments", (
+            fail(kind, (
                 f"{name}({shown}) raised a ValueError that does not name "
                 f"{' or '.join(names)}. Check the arguments first ({why}) and say in the "
                 f"message which one is wrong.{tail}"),
@@ -986,12 +988,12 @@ def check_rejects(function: Callable, cases, *, advice: str = "") -> None:
         except NotImplementedError:
             raise
         except Exception as error:
-            fail("bad_arguments", (
+            fail(kind, (
                 f"{name}({shown}) should raise {wanted} before any kernel is built ({why}); "
                 f"it failed later, inside JAX or your kernels, with another error.{tail}"),
                 [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
         else:
-            fail("bad_arguments", (
+            fail(kind, (
                 f"{name}({shown}) should raise {wanted} ({why}); it raised nothing.{tail}"),
                 [("call", f"{name}({shown})")])
 
