@@ -5,8 +5,9 @@
     pytest exercises/test_ragged_dot.py -k masked --hint
 
 The metadata puzzle compares your four arrays with the visits the kit works out
-(pytest_pallas_hints/lessons/ragged_dot.py), entry by entry. The kernel puzzles compare your output with the grouped matmul computed in
-float64 NumPy, on at least two shapes and group patterns (empty groups, a group
+(pytest_pallas_hints/lessons/ragged_dot.py), entry by entry. The kernel puzzles
+compare your output with the grouped matmul computed in float64 NumPy, on at least
+two shapes and group patterns (empty groups, a group
 smaller than a tile, groups that share a tile, M not a multiple of the tile); count
 the dot work your kernels executed (only the real visits may compute) and the bytes
 they moved between HBM and VMEM (a step past the last visit fetches nothing new);
