@@ -551,6 +551,9 @@ class Walk:
             out = out | {self._dot_run}
         if name in ("dot_general", "mul") and any(_zeros(v) for v in values):
             out = NONE   # times a known zero: nothing of it is left
+        elif name in ("sub", "xor") and len(eqn.invars) == 2 \
+                and eqn.invars[0] is eqn.invars[1] and not jaxcompat.is_literal(eqn.invars[0]):
+            out = NONE   # x - x: zero, whatever x was
         elif name == "select_n" and not isinstance(values[0], (_Unknown, _Ref)):
             picked = {int(k) for k in np.unique(np.asarray(values[0], np.int64))}
             out = NONE.union(*(ins[1 + k] for k in picked if 0 <= k < len(ins) - 1))

@@ -466,6 +466,8 @@ def matmul_steps(how):
             product = product + 0.0 * decoy
         elif how == "never_stored":
             junk_ref[...] += decoy
+        elif how == "minus_itself":
+            product = product + (decoy - decoy)
         elif how == "dropped_by_where":
             product = product + jnp.where(k < 0, decoy, 0.0)
         elif how == "used_at_one_step":   # the decoy enters the output at step 0 only
@@ -494,7 +496,7 @@ DOT = 2 * 8 * 128 * 128   # one (8, 128) x (128, 128) dot
 
 
 @pytest.mark.parametrize("how, used", [
-    ("times_zero", 2), ("never_stored", 2), ("dropped_by_where", 2),
+    ("times_zero", 2), ("never_stored", 2), ("minus_itself", 2), ("dropped_by_where", 2),
     ("used_at_one_step", 3), ("state", 4)])
 def test_work_counts_when_its_result_reaches_an_output(how, used):
     ran = measure(matmul_steps(how), A, B, structure=None)
