@@ -133,6 +133,8 @@ class Counts:
     stores: set = dataclasses.field(default_factory=set)         # (grid point, operand)
     #                               of every store or DMA into a kernel operand; one in a
     #                               branch the walk cannot decide counts as made
+    loads: set = dataclasses.field(default_factory=set)          # (grid point, operand)
+    #                               of every load from a kernel operand, the same way
     dot_flops: dict = dataclasses.field(default_factory=dict)     # operand dtype -> flops
     step_flops: list = dataclasses.field(default_factory=list)    # dot flops per grid step
     elementwise: int = 0          # elements produced by the other work (the vector units)
@@ -684,6 +686,8 @@ class Walk:
         known = ref.value is not UNKNOWN and index is not None
         old = np.asarray(ref.value)[index] if known else UNKNOWN
         if name == "get":
+            if ref.operand is not None:
+                self.counts.loads.add((self.point, ref.operand))
             return [old]
         if ref.operand is not None:
             self.counts.stores.add((self.point, ref.operand))
@@ -725,6 +729,7 @@ def _cond(outer: Walk, view: jaxcompat.Branches, eqn, values):
                 outer.uses.flops[run] = 0
         out_marks = [a | b for a, b in zip(out_marks, walk.marks_of(jaxpr.outvars))]
         outer.counts.stores |= walk.counts.stores   # a store that may run: made
+        outer.counts.loads |= walk.counts.loads
         counted.append((walk.counts.flops, sorted(walk.counts.dmas)))
         written.append(copies)
         busiest = max(busiest, walk.counts.elementwise)
