@@ -891,6 +891,14 @@ def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | No
                        if work != flops and pairs.count((work, nbytes)) == 1
                        and nbytes == moved})
     yours, used = measured.work, measured.used_work
+    facts = [("work", f"dot flops executed: yours {yours:,} · needed {flops:,}"
+                      + (f" ({yours / flops:.3g} ×)" if flops else ""))]
+    # The work of a known wrong answer, exactly, says more than "unused" does: the
+    # puzzle's words for it name the mistake (padding steps computed and dropped).
+    for name, amount in (likely or {}).items():
+        if yours == amount and yours != flops:
+            raise Diagnosed(name, f"your kernels do the work of a known wrong answer "
+                                  f"({name.replace('_', ' ')}).", facts)
     if used < yours:
         raise Diagnosed("work_unused", (
             f"{yours - used:,} of the {yours:,} dot flops your kernels execute compute "
@@ -901,12 +909,6 @@ def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | No
                       f"needed {flops:,}")])
     if yours == flops:
         return
-    facts = [("work", f"dot flops executed: yours {yours:,} · needed {flops:,}"
-                      + (f" ({yours / flops:.3g} ×)" if flops else ""))]
-    for name, amount in (likely or {}).items():
-        if yours == amount:
-            raise Diagnosed(name, f"your kernels do the work of a known wrong answer "
-                                  f"({name.replace('_', ' ')}).", facts)
     if yours > flops:
         raise Diagnosed("work_high", says or (
             "your kernels compute more than the result needs: blocks whose result is "
