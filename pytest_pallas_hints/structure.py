@@ -209,11 +209,17 @@ def _outside(program, structure, sources):
         detail=bad[0].name)]
 
 
+_WAITS = frozenset({"barrier_wait", "dma_wait", "wait_smem_to_gmem", "barrier_arrive",
+                    "copy_smem_to_gmem"})
+
+
 def _inside(program, structure, sources):
     done = set()
     for site in program.sites:
         done |= _primitives(site.call.kernel)
-    for name in sorted(structure.inside):
+    # What waits for another op comes after it: a kernel with neither a copy nor its
+    # wait is told about the copy.
+    for name in sorted(structure.inside, key=lambda name: (name in _WAITS, name)):
         if name not in done:
             return [Finding("missing_core", (
                 f"{_capital(WORDS.get(name, name))} is not done inside any of your kernels: "
