@@ -137,6 +137,13 @@ class Measured:
         return sum(counts.flops for counts in self.counts)
 
     @functools.cached_property
+    def used_work(self) -> int:
+        """Flops of the executed dots whose results reach an output (``walk.Uses``): not
+        multiplied by a known zero, dropped by a select, overwritten or never stored."""
+        self._countable()
+        return sum(counts.used_flops for counts in self.counts)
+
+    @functools.cached_property
     def traffic(self):
         """Bytes moved between HBM and VMEM (``traffic.Traffic``)."""
         from . import traffic
@@ -883,15 +890,25 @@ def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | No
         likely.update({name: work for name, (work, nbytes) in wrong.items()
                        if work != flops and pairs.count((work, nbytes)) == 1
                        and nbytes == moved})
-    yours = measured.work
-    if yours == flops:
-        return
+    yours, used = measured.work, measured.used_work
     facts = [("work", f"dot flops executed: yours {yours:,} · needed {flops:,}"
                       + (f" ({yours / flops:.3g} ×)" if flops else ""))]
+    # The work of a known wrong answer, exactly, says more than "unused" does: the
+    # puzzle's words for it name the mistake (padding steps computed and dropped).
     for name, amount in (likely or {}).items():
-        if yours == amount:
+        if yours == amount and yours != flops:
             raise Diagnosed(name, f"your kernels do the work of a known wrong answer "
                                   f"({name.replace('_', ' ')}).", facts)
+    if used < yours:
+        raise Diagnosed("work_unused", (
+            f"{yours - used:,} of the {yours:,} dot flops your kernels execute compute "
+            "results that never reach an output (multiplied by zero, dropped by a "
+            "jnp.where, overwritten, or never stored): only work whose result is used "
+            "counts. Compute each product the result needs, and use it."),
+            [("work", f"dot flops executed: {yours:,} · reaching an output: {used:,} · "
+                      f"needed {flops:,}")])
+    if yours == flops:
+        return
     if yours > flops:
         raise Diagnosed("work_high", says or (
             "your kernels compute more than the result needs: blocks whose result is "
@@ -920,18 +937,19 @@ def check_vmem(measured: Measured, *, most: int, why: str) -> None:
 
 def check_overlap(measured: Measured, *, work: str, at_least: int, why: str) -> None:
     """Passes if the kernels ran ``work`` (a primitive: "reduce_sum", "dot_general") at
-    least ``at_least`` times while one of their DMAs was in flight: overlap is compute
-    done while data moves, not copies started together."""
-    overlapped = sum(counts.overlapped.get(work, 0) for counts in measured.counts)
+    least ``at_least`` times while a DMA whose data is used was in flight (``walk.Counts.
+    carrying``): overlap is compute done while the data a later step needs moves, not
+    copies started together, nor a copy nobody reads started around the compute."""
+    overlapped = sum(counts.carrying(work) for counts in measured.counts)
     executed = sum(counts.executed.get(work, 0) for counts in measured.counts)
     if overlapped < at_least:
         what = WORDS.get(work, work)
         raise Diagnosed("not_overlapped", (
             f"your kernel computes while no copy is in flight: {what} ran {overlapped} of "
-            f"{executed} times with a DMA under way, where the puzzle's schedule overlaps "
-            f"{at_least}. {why}"),
-            [("overlap", f"{work} during a copy: yours {overlapped} of {executed} · the "
-                         f"puzzle's schedule {at_least}")])
+            f"{executed} times with a DMA under way whose data the kernel then uses, where "
+            f"the puzzle's schedule overlaps {at_least}. {why}"),
+            [("overlap", f"{work} during a copy whose data is used: yours {overlapped} of "
+                         f"{executed} · the puzzle's schedule {at_least}")])
 
 
 def check_blocks(measured: Measured, *, name: str = "output", sites=None, **shapes) -> None:
