@@ -336,6 +336,10 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
     """Runs ``fn(*args, **static)`` once (traced once, compiled as one program) and keeps
     what the kit measures of it. ``structure`` is what the puzzle's lesson requires
     (None: nothing, for the kit's own tests)."""
+    from . import projection
+
+    if projection.active():   # --cost at a tpu configuration's size: trace, count, stop
+        projection.intercept(fn, args, static)
     traced = _trace(fn, args, static)  # the learner's Python runs here, once
     if structure is not None:
         _check_structure(traced, structure)
@@ -723,6 +727,10 @@ _PLAIN_JAX = Structure(kernels=None, outside=frozenset())
 def run_jax(fn: Callable, *args, **static):
     """``fn(*args, **static)`` compiled as one program, for the puzzles written in plain
     JAX (no kernel needed; host callbacks are not allowed either)."""
+    from . import projection
+
+    if projection.active():
+        raise projection.Projected([])
     traced = _trace(fn, args, static)
     with kit_step("structure checks"):
         findings = structure_findings(traced, _PLAIN_JAX.where(kernels=len(traced.sites)))

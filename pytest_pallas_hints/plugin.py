@@ -278,6 +278,9 @@ class PallasRun:
             checking.measured_in_test(forget=True,
                                       tpu=item.get_closest_marker("tpu") is not None)
         kind = _hardware_mark(item)
+        if kind == "tpu" and kind not in self.platforms and self.config.getoption("cost") \
+                and _puzzle_of(item) and hasattr(item, "callspec"):
+            item.stash[_PROJECTED] = _project(item, self.seed)
         if kind and kind not in self.platforms:
             pytest.skip(f"needs a {kind.upper()}: none detected here "
                         f"(jax.devices() shows {', '.join(sorted(self.platforms))})")
@@ -317,9 +320,13 @@ class PallasRun:
             record.kit_error = record.kind == "kit_error"
             if not self.raw:
                 report.longrepr = "\n".join(self.screen.failure(record))
-        if report.passed and report.when == "call" and (
+        if report.when == "call" and not report.skipped and (
                 self.puzzles[puzzle_id].cost or self.config.getoption("cost")):
-            record.cost = _costs()
+            whose = ("failed" if report.failed else
+                     "reference" if self.config.getoption("reference") else "yours")
+            record.cost = _costs(whose, record.config)
+        if report.skipped and _PROJECTED in item.stash:
+            record.cost, record.not_projected = item.stash[_PROJECTED]
         if self.config.getoption("show") and report.when == "call":
             record.show = _walks()
         report.pallas = record
@@ -412,15 +419,31 @@ _COUNT = pytest.StashKey[int]()
 _SEED = pytest.StashKey[int]()
 
 
-def _costs() -> list:
+_PROJECTED = pytest.StashKey[tuple]()
+
+
+def _costs(whose: str = "", config: str = "") -> list:
     """The cost of every kernel the test measured (cost.py); nothing when the kit cannot
     count them here."""
     from . import checking, cost
 
     try:
-        return [c for measured in checking.measured_in_test() for c in cost.of(measured)]
+        return [c for measured in checking.measured_in_test()
+                for c in cost.of(measured, whose, config)]
     except Exception:   # uncountable, or unverifiable on this JAX: no line, no failure
         return []
+
+
+def _project(item, seed: int) -> tuple[list, str]:
+    """--cost for a tpu configuration without a TPU: its kernels counted at that size
+    (projection.py), or why not."""
+    from . import projection
+
+    try:
+        return projection.run(item.obj, dict(item.callspec.params), _config_label(item),
+                              seed, item.nodeid)
+    except Exception as error:   # the kit's own: no projection, no failure
+        return [], f"the kit could not project it ({type(error).__name__})"
 
 
 def _walks() -> list:
