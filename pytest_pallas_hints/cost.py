@@ -313,8 +313,8 @@ def summary(costs: list[KernelCost]) -> list[str]:
     total = _together(costs)
     names = chips_for(costs[0].backend)
     first = CHIPS[names[0]]
-    where = f" at {costs[0].config}" if costs[0].projected and costs[0].config else ""
-    line = total.line(first) + where
+    where = f"at {costs[0].config}, " if costs[0].projected and costs[0].config else ""
+    line = where + total.line(first)
     if len(names) > 1:
         line += f" · on {CHIPS[names[1]].name}: >= {duration(total.bound(CHIPS[names[1]])[0])}"
     return [line] + [w for c in costs for w in [c.warning(first)] if w]
