@@ -311,6 +311,7 @@ class Measured:
 
 
 _MEASURED: list = []   # the runs measured in the current test (for the cost model)
+_TRACED: list = []     # (program, args) of the last measure of the test, run or not
 
 
 _TPU_SIZED: list[bool] = [False]   # the running test is a tpu-marked configuration
@@ -321,8 +322,15 @@ def measured_in_test(forget: bool = False, tpu: bool = False) -> list:
     (``tpu``: one marked tpu, see ``tpu_sized``)."""
     if forget:
         _MEASURED.clear()
+        _TRACED.clear()
         _TPU_SIZED[0] = tpu
     return list(_MEASURED)
+
+
+def traced_in_test() -> list:
+    """(program, args) of the last program ``measure`` traced in this test, whether or
+    not it ran (a failing run's walk is drawn from it)."""
+    return list(_TRACED)
 
 
 def tpu_sized() -> bool:
@@ -341,6 +349,7 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
     if projection.active():   # --cost at a tpu configuration's size: trace, count, stop
         projection.intercept(fn, args, static)
     traced = _trace(fn, args, static)  # the learner's Python runs here, once
+    _TRACED[:] = [(traced, args)]      # for --show, should the run fail
     if structure is not None:
         _check_structure(traced, structure)
     _check_collective_id(traced)

@@ -328,7 +328,8 @@ class PallasRun:
         if report.skipped and _PROJECTED in item.stash:
             record.cost, record.not_projected = item.stash[_PROJECTED]
         if self.config.getoption("show") and report.when == "call":
-            record.show = _walks()
+            record.show = _walks(record.config, call.excinfo if report.failed else None,
+                                 record.kind or "")
         report.pallas = record
         return report
 
@@ -446,14 +447,44 @@ def _project(item, seed: int) -> tuple[list, str]:
         return [], f"the kit could not project it ({type(error).__name__})"
 
 
-def _walks() -> list:
-    """The grid walk of every kernel the test measured (show.py)."""
+def _walks(config: str = "", excinfo=None, kind: str = "") -> list:
+    """The grid walk of every kernel the test measured (show.py); for a failing test, the
+    walk of the program it traced, run or not, with the wrong output blocks marked."""
     from . import checking, show
 
+    failed = kind if excinfo is not None else ""
     try:
-        return [w for measured in checking.measured_in_test() for w in show.of(measured)]
+        walks = [w for measured in checking.measured_in_test()
+                 for w in show.of(measured, config, failed)]
+        if not walks and excinfo is not None:
+            walks = [w for traced, args in checking.traced_in_test()
+                     for w in show.planned(traced, args, config, failed)]
     except Exception:
         return []
+    error = excinfo.value if excinfo is not None else None
+    if isinstance(error, checking.Mismatch):
+        walks = [w.with_wrong(*_wrong_boxes(error)) for w in walks]
+    return walks
+
+
+def _wrong_boxes(error) -> tuple[tuple, list]:
+    """(the output's shape, the element boxes of its wrong blocks) from a Mismatch."""
+    from . import diagnose
+    from .frozen import np
+
+    try:
+        yours, expected = np.asarray(error.yours), np.asarray(error.expected)
+        if yours.shape != expected.shape or error.blocks is None:
+            return expected.shape, []
+        bad = ~diagnose.close(yours, expected, error.tolerance)
+        sizes = [s if b is None else b for s, b in zip(expected.shape, error.blocks)]
+        boxes = set()
+        for ix in np.argwhere(bad):
+            boxes.add(tuple((int(i) // z * z, min(int(i) // z * z + z, s))
+                            for i, z, s in zip(ix, sizes, expected.shape)))
+        return expected.shape, sorted(boxes)
+    except Exception:
+        return (), []
 
 
 @contextlib.contextmanager
