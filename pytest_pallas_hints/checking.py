@@ -318,6 +318,7 @@ class Measured:
 
 
 _MEASURED: list = []   # the runs measured in the current test (for the cost model)
+_TRACED: list = []     # (program, args) of the last measure of the test, run or not
 
 
 _TPU_SIZED: list[bool] = [False]   # the running test is a tpu-marked configuration
@@ -328,8 +329,15 @@ def measured_in_test(forget: bool = False, tpu: bool = False) -> list:
     (``tpu``: one marked tpu, see ``tpu_sized``)."""
     if forget:
         _MEASURED.clear()
+        _TRACED.clear()
         _TPU_SIZED[0] = tpu
     return list(_MEASURED)
+
+
+def traced_in_test() -> list:
+    """(program, args) of the last program ``measure`` traced in this test, whether or
+    not it ran (a failing run's walk is drawn from it)."""
+    return list(_TRACED)
 
 
 def tpu_sized() -> bool:
@@ -343,7 +351,12 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
     """Runs ``fn(*args, **static)`` once (traced once, compiled as one program) and keeps
     what the kit measures of it. ``structure`` is what the puzzle's lesson requires
     (None: nothing, for the kit's own tests)."""
+    from . import projection
+
+    if projection.active():   # --cost at a tpu configuration's size: trace, count, stop
+        projection.intercept(fn, args, static)
     traced = _trace(fn, args, static)  # the learner's Python runs here, once
+    _TRACED[:] = [(traced, args)]      # for --show, should the run fail
     if structure is not None:
         _check_structure(traced, structure)
     _check_collective_id(traced)
@@ -730,6 +743,10 @@ _PLAIN_JAX = Structure(kernels=None, outside=frozenset())
 def run_jax(fn: Callable, *args, **static):
     """``fn(*args, **static)`` compiled as one program, for the puzzles written in plain
     JAX (no kernel needed; host callbacks are not allowed either)."""
+    from . import projection
+
+    if projection.active():
+        raise projection.Projected([])
     traced = _trace(fn, args, static)
     with kit_step("structure checks"):
         findings = structure_findings(traced, _PLAIN_JAX.where(kernels=len(traced.sites)))

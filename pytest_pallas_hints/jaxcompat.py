@@ -481,6 +481,34 @@ def mesh_axes(eqn) -> tuple:
     return tuple(names) if isinstance(names, (tuple, list)) else (names,)
 
 
+def _buffer_count(mode) -> int:
+    """The buffers a BlockSpec's ``pipeline_mode=pl.Buffered(n)`` asks for (2 without)."""
+    count = getattr(mode, "buffer_count", None)
+    if isinstance(count, tuple):   # (in, out) counts: the larger is what VMEM holds
+        count = max(count)
+    return int(count) if isinstance(count, int) and count > 0 else 2
+
+
+def dot_shape(eqn) -> tuple:
+    """A ``dot_general``'s (batch, rows, contracted, cols) sizes, its operands' dtypes and
+    its precision ("default", "high", "highest"): what an MXU's time depends on."""
+    from .frozen import np
+
+    (contract, _), (batch, _) = eqn.params["dimension_numbers"]
+    lhs, rhs = eqn.invars[0].aval, eqn.invars[1].aval
+    out = eqn.outvars[0].aval.shape
+    count = lambda shape, dims: int(np.prod([shape[d] for d in dims], dtype=np.int64))
+    b, k = count(lhs.shape, batch), count(lhs.shape, contract)
+    free = [d for d in range(len(lhs.shape)) if d not in contract and d not in batch]
+    m = count(lhs.shape, free)
+    n = int(np.prod(out, dtype=np.int64)) // max(b * m, 1)
+    precision = eqn.params.get("precision")
+    if isinstance(precision, tuple):
+        precision = precision[0]
+    word = str(precision).lower().rsplit(".", 1)[-1] if precision is not None else "default"
+    return (b, m, k, n), (str(lhs.dtype), str(rhs.dtype)), word
+
+
 def contracting_dims(eqn) -> tuple:
     """The left operand's contracting dims of a ``dot_general`` equation."""
     (contract, _), _ = eqn.params["dimension_numbers"]
@@ -870,6 +898,7 @@ class Block:
     index_map: tuple            # (jaxpr, consts): grid indices (+ prefetch refs) -> block indices
     space: str                  # "vmem", "smem", "any" ("" when Pallas picks)
     index_map_source: tuple = ()  # (file, line) of the index map function, where known
+    buffers: int = 2            # VMEM buffers the pipeline keeps (pl.Buffered(n); 2 by default)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -996,7 +1025,8 @@ def kernel_call(eqn) -> KernelCall:
             element_dims=tuple(elements), array_shape=tuple(array.shape), dtype=array.dtype,
             index_map=open_jaxpr(block.index_map_jaxpr),
             space=memory_space(block.transformed_block_aval),
-            index_map_source=_source(block.index_map_jaxpr)))
+            index_map_source=_source(block.index_map_jaxpr),
+            buffers=_buffer_count(getattr(block, "pipeline_mode", None))))
     grid = tuple(g if isinstance(g, int) else None for g in mapping.grid)
     return KernelCall(
         name=name, source=found[2] if found else "", line=int(found[3]) if found else 0,

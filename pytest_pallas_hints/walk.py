@@ -138,6 +138,9 @@ class Counts:
     dot_flops: dict = dataclasses.field(default_factory=dict)     # operand dtype -> flops
     step_flops: list = dataclasses.field(default_factory=list)    # dot flops per grid step
     elementwise: int = 0          # elements produced by the other work (the vector units)
+    transcendental: int = 0       # of those, elements of exp, log, tanh... (the EUP's work)
+    dots: dict = dataclasses.field(default_factory=dict)          # (dot shape, dtypes,
+    #                               precision) per jaxcompat.dot_shape -> times executed
     executed: dict = dataclasses.field(default_factory=dict)      # primitive -> times run
     overlapped: dict = dataclasses.field(default_factory=dict)    # primitive -> times run
     #                               while at least one DMA was in flight
@@ -418,6 +421,12 @@ def _fresh(var, operand=None) -> _Ref:
 
 
 # Bookkeeping, not work: what overlap does not count.
+# Work of the transcendental unit (the EUP on a TPU), not of the VPU's ALUs.
+TRANSCENDENTAL = frozenset({"exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic",
+                            "sin", "cos", "tan", "rsqrt", "sqrt", "cbrt", "erf", "erfc",
+                            "erf_inv", "pow", "atan2", "asin", "acos", "atan", "sinh",
+                            "cosh", "asinh", "acosh", "atanh", "lgamma", "digamma"})
+
 _NOT_WORK = frozenset({"get", "swap", "addupdate", "dma_start", "dma_wait", "program_id",
                        "num_programs", "cond", "while", "scan", "run_scoped", "pjit",
                        "closed_call", "jit", "semaphore_signal", "semaphore_wait",
@@ -575,6 +584,8 @@ class Walk:
                 self.counts.during.setdefault(name, []).append(self._landing())
             if name != "dot_general" and eqn.outvars:
                 self.counts.elementwise += _elements(eqn.outvars[0])
+                if name in TRANSCENDENTAL:
+                    self.counts.transcendental += _elements(eqn.outvars[0])
         if name == "program_id":
             return [np.int32(self.point[jaxcompat.grid_axis(eqn)])]
         if name == "num_programs":
@@ -595,6 +606,8 @@ class Walk:
             self.counts.flops += flops
             self.counts.dot_flops[dtype] = self.counts.dot_flops.get(dtype, 0) + flops
             self._dot_run = self.uses.run(flops, self.counts.device, self._landing())
+            key = jaxcompat.dot_shape(eqn)
+            self.counts.dots[key] = self.counts.dots.get(key, 0) + 1
             return unknown
         if name == "dma_start":
             copy = jaxcompat.dma_copy(eqn)
@@ -715,7 +728,7 @@ def _cond(outer: Walk, view: jaxcompat.Branches, eqn, values):
     if any(_moves_data(jaxpr) for jaxpr, _ in view.programs):
         raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
                           "kernel loaded, with a DMA start or wait inside")
-    counted, written, ran, busiest, dots = [], [], {}, 0, {}
+    counted, written, ran, busiest, dots, shapes, eup = [], [], {}, 0, {}, {}, 0
     out_marks = [NONE] * len(eqn.outvars)
     for number, (jaxpr, consts) in enumerate(view.programs):
         walk = Walk(outer.grid, outer.point, Counts(device=outer.counts.device),
@@ -732,8 +745,10 @@ def _cond(outer: Walk, view: jaxcompat.Branches, eqn, values):
         outer.counts.loads |= walk.counts.loads
         counted.append((walk.counts.flops, sorted(walk.counts.dmas)))
         written.append(copies)
-        busiest = max(busiest, walk.counts.elementwise)
+        if walk.counts.elementwise >= busiest:
+            busiest, eup = walk.counts.elementwise, walk.counts.transcendental
         dots = walk.counts.dot_flops or dots
+        shapes = walk.counts.dots or shapes
         for name, times in walk.counts.executed.items():   # the busier branch
             ran[name] = max(ran.get(name, 0), times)
     for name, times in ran.items():
@@ -746,8 +761,11 @@ def _cond(outer: Walk, view: jaxcompat.Branches, eqn, values):
                           "kernel loaded, with dots or DMAs inside")
     outer.counts.flops += counted[0][0]
     outer.counts.elementwise += busiest
+    outer.counts.transcendental += eup
     for dtype, flops in dots.items():
         outer.counts.dot_flops[dtype] = outer.counts.dot_flops.get(dtype, 0) + flops
+    for key, times in shapes.items():
+        outer.counts.dots[key] = outer.counts.dots.get(key, 0) + times
     outer.counts.dmas += counted[0][1]
     for n, ref in enumerate(operands):   # a ref is known after the branch only if
         if isinstance(ref, _Ref):        # every branch leaves it the same
@@ -914,6 +932,114 @@ def kernel_counts(call, prefetch: list) -> Counts:
     counts.most_in_flight, counts.dma_problems = ledger.most, ledger.problems
     counts.dmas_followed = ledger.followed
     return counts
+
+
+# ------------------------------------------------------- a projection ---
+
+PROJECT_MOST = 1 << 16   # grid steps walked to project a kernel at a TPU's size
+
+
+def projected_counts(call, prefetch: list) -> tuple[Counts, int]:
+    """What ``call``'s kernel does over its whole grid, at sizes too large to walk every
+    step: the steps of the grid axes its control flow depends on (``decisive_axes``) are
+    walked, with the other axes at 0, and the counts multiplied by the steps left out.
+    Returns (the counts, the grid's steps). The DMA ledger is not judged here."""
+    grid = tuple(call.grid)
+    decisive = decisive_axes(call)
+    walked = tuple(g if a in decisive else 1 for a, g in enumerate(grid))
+    times = int(np.prod([g for a, g in enumerate(grid) if a not in decisive] or [1]))
+    steps = grid_steps(walked)
+    if len(steps) > PROJECT_MOST:
+        raise Uncountable(f"{len(steps)} grid steps whose work differs, too many to walk")
+    counts, ledger = Counts(), Ledger()
+    jaxpr = call.kernel
+    args = [_Ref(np.array(v), getattr(var, "aval", None), operand=n)
+            for n, (v, var) in enumerate(zip(prefetch, jaxpr.invars))]
+    args += [_fresh(var, None) for var in jaxpr.invars[len(prefetch):]]
+    for point in steps:
+        Walk(grid, tuple(int(p) for p in point), counts, ledger).run(jaxpr, [], args)
+    if times > 1:
+        counts.flops *= times
+        counts.elementwise *= times
+        counts.transcendental *= times
+        counts.dot_flops = {k: v * times for k, v in counts.dot_flops.items()}
+        counts.dots = {k: v * times for k, v in counts.dots.items()}
+        counts.dmas = [(a, b, n * times) for a, b, n in counts.dmas]
+    return counts, int(np.prod(grid or (1,)))
+
+
+def decisive_axes(call) -> set[int]:
+    """The grid axes that a decision of ``call``'s kernel depends on: a ``pl.when``'s
+    condition, a loop's bound (through values, refs stored and read, and prefetched
+    scalars indexed by them). The work of two steps that differ only on the other axes
+    is the same. Found by following each ``program_id`` through the program."""
+    decisive: set[int] = set()
+    stored: dict = {}     # a ref (the variable it was passed as at the top) -> axes
+    alias: dict = {}
+
+    def root(var):
+        while var in alias:
+            var = alias[var]
+        return var
+
+    def taint(env, var):
+        if jaxcompat.is_literal(var):
+            return frozenset()
+        return env.get(var, frozenset()) | stored.get(root(var), frozenset())
+
+    def follow(jaxpr, inputs: list, outer_vars: list, closed=((), ())) -> list:
+        env = dict(zip(jaxpr.invars, inputs))
+        env.update(zip(jaxpr.constvars, closed[0]))
+        for inner, outer in [*zip(jaxpr.invars, outer_vars), *zip(jaxpr.constvars, closed[1])]:
+            if outer is not None and not jaxcompat.is_literal(outer):
+                alias[inner] = outer
+        for eqn in jaxpr.eqns:
+            ins = [taint(env, v) for v in eqn.invars]
+            every = frozenset().union(*ins) if ins else frozenset()
+            name, view = eqn.primitive.name, jaxcompat.control(eqn)
+            outs = [every] * len(eqn.outvars)
+            if name == "program_id":
+                outs = [frozenset({jaxcompat.grid_axis(eqn)})]
+            elif name in ("swap", "addupdate"):
+                key = root(eqn.invars[0])
+                stored[key] = stored.get(key, frozenset()) | every
+            elif isinstance(view, jaxcompat.Branches):
+                which, operands = view.split(ins)
+                _, operand_vars = view.split(list(eqn.invars))
+                decisive.update(which)
+                found = [follow(j, operands, operand_vars) for j, _ in view.programs]
+                outs = [which.union(*column) for column in zip(*found)] or outs
+            elif isinstance(view, jaxcompat.Loop):
+                body, _ = view.body
+                operand_vars = view.body_operands(list(eqn.invars))
+                operands = view.body_operands(ins)
+                for _ in range(2):   # a carry fed back: twice reaches what it can
+                    carried = follow(body, operands, operand_vars)
+                    _, consts, carry, xs = view.split(ins)
+                    carry = [a | b for a, b in zip(carry, carried[:view.num_carry])]
+                    operands = [*consts, *carry, *xs]
+                if view.kind != "scan":
+                    cond_consts, _, _, _ = view.split(ins)
+                    decisive.update(frozenset().union(*cond_consts, *carry))
+                outs = carry + [every] * (len(eqn.outvars) - len(carry))
+            elif isinstance(view, (jaxcompat.Scoped, jaxcompat.Inline)):
+                body, _ = view.body
+                if isinstance(view, jaxcompat.Scoped):
+                    follow(body, [frozenset()] * len(body.invars), [None] * len(body.invars),
+                           (ins, list(eqn.invars)))
+                else:
+                    outs = follow(body, ins, list(eqn.invars)) or outs
+            else:
+                for inner, _ in jaxcompat.parts(eqn):   # anything else: all of it decides
+                    decisive.update(every)
+            for var, value in zip(eqn.outvars, outs):
+                env[var] = value
+        return [taint(env, v) for v in jaxpr.outvars]
+
+    jaxpr = call.kernel
+    for _ in range(2):   # a ref stored at one step and read at a later one
+        follow(jaxpr, [frozenset()] * len(jaxpr.invars), [None] * len(jaxpr.invars))
+    return decisive
 
 
 # ------------------------------------------------------------------- a mesh ---
