@@ -144,7 +144,7 @@ def _remote_dmas() -> str | None:
                                         check_vma=False))(x)
             out = np.asarray(out)
     except Exception as error:
-        return f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+        return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}"
     if not np.array_equal(out, np.roll(x, 8, axis=0)):
         return "a copy to the neighbouring chip landed the wrong data"
     return None

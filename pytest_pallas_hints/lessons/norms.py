@@ -25,7 +25,7 @@ import re
 
 import jax
 
-from ..checking import fail
+from ..checking import fail, raised
 from ..frozen import np
 from .common import cdiv, f64
 
@@ -307,7 +307,7 @@ def check_alone(function, *args, like, **static):
         raise
     except Exception as error:
         fail("alone", f"{name}() called without jax.grad fails while it is traced.",
-             [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+             [("raised", raised(error))])
     if getattr(alone, "shape", None) != like.shape or getattr(alone, "dtype", None) != like.dtype:
         fail("alone", (
             f"{name}() called without jax.grad returns something else than under jax.grad: "
@@ -409,14 +409,14 @@ def check_label_refused(function, h, w, *, labels, bad, V, **static):
         if "labels" in str(error):
             return
         fail("argument_check", "cross_entropy raised a ValueError that does not name "
-             "labels.", [("raised", str(error).splitlines()[0][:200])])
+             "labels.", [("raised", raised(error, kind=False))])
     except NotImplementedError:
         raise
     except Exception as error:
         fail("argument_check", f"cross_entropy with a label of {bad} (V={V}) should raise a "
              "ValueError naming labels before any kernel is built; it failed later, "
              "inside JAX.", [("raised", f"{type(error).__name__}: "
-                                        f"{str(error).splitlines()[0][:200]}")])
+                                        f"{raised(error, kind=False)}")])
     fail("argument_check", f"cross_entropy with a label of {bad} (V={V}) should raise a "
          "ValueError naming labels; it raised nothing.", [("labels", f"labels[3] = {bad}")])
 
@@ -445,7 +445,7 @@ def with_grads(function, arguments, *, saved=None):
             trees = re.search(r"output structure (PyTreeDef\(.*?\)) for primal input "
                               r"structure (PyTreeDef\(.*\))", str(error))
             facts = ([("returned", f"{trees[1]} · the function's inputs {trees[2]}")] if trees
-                     else [("raised", str(error).splitlines()[0][:200])])
+                     else [("raised", raised(error, kind=False))])
             fail("vjp_structure", (
                 "the backward rule of your custom_vjp function must return a tuple with one "
                 "entry per input of the function, in their order (None for an input that "

@@ -17,7 +17,7 @@ right answer.
 import functools
 import math
 
-from ..checking import check, fail, tpu_sized
+from ..checking import check, fail, raised, tpu_sized
 from ..frozen import np
 from .common import cdiv, f64
 
@@ -575,7 +575,7 @@ def check_gmm_rejects(gmm, lhs, rhs, sizes, *, tiling, said):
     except Exception as error:
         fail("argument_check", f"gmm({said}) should raise a ValueError that names the "
              "argument before any kernel is built; it failed later, inside JAX.",
-             [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+             [("raised", raised(error))])
     fail("argument_check", f"gmm({said}) should raise a ValueError that names the argument; "
          "it raised nothing.")
 
