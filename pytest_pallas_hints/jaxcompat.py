@@ -26,6 +26,7 @@ import contextvars
 import dataclasses
 import functools
 import importlib.metadata
+import math
 import os
 import re
 import sys
@@ -485,6 +486,23 @@ def contracting_dims(eqn) -> tuple:
     """The left operand's contracting dims of a ``dot_general`` equation."""
     (contract, _), _ = eqn.params["dimension_numbers"]
     return tuple(contract)
+
+
+def relayout_only(eqn) -> bool:
+    """Whether an equation moves no element relative to the others: a broadcast, a
+    transpose or a slice that only adds, moves or drops dims of size 1 (what ``x[None]``,
+    ``y[0]`` and ``jax.vmap`` over a batch of 1 write). Like a reshape, it is glue."""
+    name = eqn.primitive.name
+    if name not in ("broadcast_in_dim", "transpose", "slice", "dynamic_slice", "squeeze",
+                    "expand_dims", "reshape") or len(eqn.invars) < 1:
+        return False
+    source, result = eqn.invars[0].aval, eqn.outvars[0].aval
+    if math.prod(source.shape) != math.prod(result.shape):
+        return False
+    if name == "transpose":
+        kept = [d for d in eqn.params["permutation"] if source.shape[d] != 1]
+        return kept == sorted(kept)
+    return True
 
 
 def wgmma_left_running(eqn) -> int | None:

@@ -160,8 +160,9 @@ def read(closed, out_tree) -> Program:
                 for inner, _ in jaxcompat.parts(eqn):  # cond, while, scan...
                     merged = graph.add("op", ins, name=name, nbytes=0)
                     inner_outs += walk(inner, [merged] * len(inner.invars), True)
+                glue = jaxcompat.relayout_only(eqn)   # x[None]: a reshape, whatever op
                 outs = [graph.add("op", ins + [n for n in inner_outs if n is not None],
-                                  name=name, nbytes=_nbytes(eqn))
+                                  name="reshape" if glue else name, nbytes=_nbytes(eqn))
                         for _ in eqn.outvars]
             for var, out in zip(eqn.outvars, outs):
                 env[var] = out

@@ -19,6 +19,7 @@ import math
 
 from ..checking import check, fail, raised, tpu_sized
 from ..frozen import np
+from ..structure import same_grid
 from .common import cdiv, f64
 
 
@@ -645,7 +646,7 @@ def check_vjp_structure(output, site, comes_from, *, grid, sizes, tiles):
     each argument it reads (tm rows, tk along K, tn along N)."""
     what, name = VJP_WHAT[output], site.call.name
     yours = tuple(site.call.grid)
-    if yours != grid:
+    if not same_grid(yours, grid):
         whole = math.prod(g if isinstance(g, int) else 2 for g in yours) == 1
         fail("whole_array" if whole else "grid", (
             f"{what}, {name}(), runs once, over the whole arrays: like the gmm and tgmm you "
