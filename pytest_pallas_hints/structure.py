@@ -415,14 +415,16 @@ def same_grid(yours, expected) -> bool:
 def _grid(program, structure, sources):
     for site, grid, expected in _grids(program, structure):
         if not same_grid(grid, expected):
-            # The first axis that differs, for a puzzle's words on it ("grid:axis2").
+            # What the kit has shown, for a puzzle's words on it: the same axes in another
+            # order ("grid:order"), else the first axis that differs ("grid:axis2").
             axis = next((d for d, (a, b) in enumerate(zip(grid, expected)) if a != b), None) \
                 if len(grid) == len(expected) else None
+            reordered = sorted(grid, key=str) == sorted(expected, key=str)
             return [Finding("grid", (
                 f"the grid of {site.call.name}() is {grid}, the puzzle's is {expected}: one "
                 "grid step per block along each axis, in the order of the grid."),
                 facts=[("grid", f"expected {expected} · yours {grid}")],
-                detail="" if axis is None else f"axis{axis}")]
+                detail="order" if reordered else "" if axis is None else f"axis{axis}")]
     return []
 
 
