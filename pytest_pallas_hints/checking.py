@@ -625,8 +625,11 @@ _DMA_SAYS = {
         "copy.wait_recv() alone, add copy.wait_send()."),
     "remote_before_barrier": (
         "this copy (or signal) goes into another device (under 'devices': from → to) before that "
-        "device has said it is running this kernel: on a TPU its buffers and semaphores "
-        "may still belong to the computation before, which this write would corrupt. "
+        "device has said it is running this kernel. A device writes into another only "
+        "after that one has signalled it through the barrier, as JAX's own collective "
+        "kernels do (Mosaic's default device barrier also synchronises them on a TPU, "
+        "unless CompilerParams(skip_device_barrier=True) turns it off; the explicit "
+        "handshake is the lesson, and what a kernel without the default relies on). "
         "Start with a barrier: sem = pltpu.get_barrier_semaphore(); signal the neighbours "
         "that will write into you (pl.semaphore_signal(sem, 1, device_id=...)), and "
         "pl.semaphore_wait(sem, n) for as many signals as you receive, before the first "
