@@ -80,12 +80,31 @@ def jax_version() -> str:
 # ---------------------------------------------------------------- features ---
 
 class CannotVerify(pytest.skip.Exception):
-    """A check this JAX cannot support: the test is skipped, never passed."""
+    """A check this JAX cannot support: the test is skipped, never passed. Also a
+    construct that is right on the hardware but that interpret mode does not run
+    faithfully (``unfaithful``): never called wrong for it, never passed either."""
 
     def __init__(self, feature: str, reason: str = ""):
         self.feature, self.reason = feature, reason
-        super().__init__(f"cannot be verified on JAX {jax_version()}: {feature} is not "
-                         f"available" + (f" ({reason})" if reason else ""), allow_module_level=False)
+        super().__init__(verdict(feature) + (f" ({reason})" if reason else ""),
+                         allow_module_level=False)
+
+
+def unfaithful(feature: str) -> bool:
+    """Whether a CannotVerify ``feature`` is a construct interpret mode cannot run as the
+    hardware would, not a feature this JAX lacks."""
+    return feature.startswith(UNFAITHFUL)
+
+
+UNFAITHFUL = "in interpret mode, "
+
+
+def verdict(feature: str) -> str:
+    """The words for a check skipped for ``feature``: "cannot be verified ..."."""
+    if unfaithful(feature):
+        return (f"cannot be verified here: {feature[len(UNFAITHFUL):]} (right on the "
+                "hardware; interpret mode does not run it as the hardware does)")
+    return f"cannot be verified on JAX {jax_version()}: {feature} is not available"
 
 
 FEATURES = ("structure checks", "work accounting", "byte accounting", "race detection",
