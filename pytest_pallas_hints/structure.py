@@ -417,9 +417,35 @@ def same_grid(yours, expected) -> bool:
     return tuple(g for g in yours if g != 1) == tuple(g for g in expected if g != 1)
 
 
+def reordered_grid(call, expected) -> bool:
+    """Whether a kernel's grid is the puzzle's with its axes in another order and the
+    same work: every output block's visits still come one after another (a reduction
+    axis still runs innermost for each output block), as its index maps show on every
+    grid step. A parallel axis moved (the batch innermost, the columns before the rows)
+    computes the same blocks; a reduction moved outwards revisits output blocks and is
+    not this. Index maps that read scalar prefetch are not judged here (False)."""
+    from . import walk
+
+    grid = tuple(call.grid)
+    if same_grid(grid, expected) or None in grid or call.num_prefetch or \
+            sorted(g for g in grid if g != 1) != sorted(g for g in expected if g != 1):
+        return False
+    steps = walk.grid_steps(grid)
+    for block in call.blocks[call.num_inputs:]:
+        try:
+            visits = walk.index_maps(block, steps, [])
+        except (walk.Uncountable, Exception):   # an index map the walk cannot evaluate
+            return False
+        runs = [tuple(v) for n, v in enumerate(visits) if n == 0 or
+                tuple(v) != tuple(visits[n - 1])]
+        if len(runs) != len(set(runs)):
+            return False
+    return True
+
+
 def _grid(program, structure, sources):
     for site, grid, expected in _grids(program, structure):
-        if not same_grid(grid, expected):
+        if not same_grid(grid, expected) and not reordered_grid(site.call, expected):
             # What the kit has shown, for a puzzle's words on it: the same axes in another
             # order ("grid:order"), else the first axis that differs ("grid:axis2").
             axis = next((d for d, (a, b) in enumerate(zip(grid, expected)) if a != b), None) \
