@@ -427,8 +427,8 @@ def _to_exp2(node, parents) -> None:
 def _to_dot_general(node, parents) -> None:
     a, b = (ast.unparse(x) for x in node.args)
     keywords = "".join(f", {k.arg}={ast.unparse(k.value)}" for k in node.keywords)
-    new = _parse(f"jax.lax.dot_general({a}, {b}, ((({a}).ndim - 1,), "
-                 f"(max(({b}).ndim - 2, 0),)), ((), ()){keywords})")
+    new = _parse(f"jax.lax.dot_general({a}, {b}, (((({a}).ndim - 1,), "
+                 f"(max(({b}).ndim - 2, 0),)), ((), ())){keywords})")
     _replace(node, new, parents)
 
 
