@@ -13,7 +13,7 @@ that message (not "unfinished"); on the two configurations whose blocks are mult
 128 it passes (values, work, traffic, lowering). Its "below or on the diagonal" test is
 strict (>), so with block sizes that are not both even a KV block that starts at a q
 block's last query would be skipped (the test T=9, block_kv=8): its 128-multiple rule
-keeps that case out.
+keeps that case out."""
 # Copyright 2023 The JAX Authors.
 #
 # Licensed under the Apache License, Version 2.0 (the "License");
