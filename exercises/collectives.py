@@ -45,10 +45,13 @@ another chip only through DMAs and semaphores:
   pl.semaphore_wait(sem, 1) waits until ours holds 1, and takes it. A REGULAR
   semaphore (pltpu.SemaphoreType.REGULAR) is a counter chips use to say "I am
   ready"; a DMA semaphore counts bytes.
-* No chip may write into another before that one has entered the kernel (its
-  buffers could still belong to the computation before): a kernel starts with
-  a barrier, pltpu.get_barrier_semaphore(), signalled by the neighbours that
-  will write into you. Such a kernel gets compiler_params=
+* A chip writes into another only once that one has said it is in the kernel:
+  a kernel starts with a barrier, pltpu.get_barrier_semaphore(), signalled by
+  the neighbours that will write into you, as JAX's own collective kernels do.
+  (Mosaic also synchronises the chips before any kernel that communicates,
+  unless pltpu.CompilerParams(skip_device_barrier=True) turns that off; the
+  explicit handshake is what this chapter teaches, and what a kernel without
+  the default relies on.) Such a kernel gets compiler_params=
   pltpu.CompilerParams(collective_id=0).
 
 Three promises keep a collective correct, and the tests hold you to them.

@@ -81,6 +81,17 @@ def fail(kind: str, says: str, facts=(), *, name: str = "output") -> NoReturn:
     raise failure
 
 
+def raised(error: BaseException, *, kind: bool = True) -> str:
+    """An error as a fact row shows it: its type (``kind``) and the first line of its
+    message, at most 200 characters; a bare ``assert`` or an empty ``ValueError()`` has
+    its type alone."""
+    lines = str(error).strip().splitlines()
+    first = lines[0][:200] if lines else ""
+    if not kind:
+        return first or type(error).__name__
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
 class KitError(Exception):
     """The kit's own machinery failed: a problem to report, not the learner's mistake."""
 
@@ -634,8 +645,11 @@ _DMA_SAYS = {
         "copy.wait_recv() alone, add copy.wait_send()."),
     "remote_before_barrier": (
         "this copy (or signal) goes into another device (under 'devices': from → to) before that "
-        "device has said it is running this kernel: on a TPU its buffers and semaphores "
-        "may still belong to the computation before, which this write would corrupt. "
+        "device has said it is running this kernel. A device writes into another only "
+        "after that one has signalled it through the barrier, as JAX's own collective "
+        "kernels do (Mosaic's default device barrier also synchronises them on a TPU, "
+        "unless CompilerParams(skip_device_barrier=True) turns it off; the explicit "
+        "handshake is the lesson, and what a kernel without the default relies on). "
         "Start with a barrier: sem = pltpu.get_barrier_semaphore(); signal the neighbours "
         "that will write into you (pl.semaphore_signal(sem, 1, device_id=...)), and "
         "pl.semaphore_wait(sem, n) for as many signals as you receive, before the first "
@@ -1019,14 +1033,14 @@ def check_rejects(function: Callable, cases, *, advice: str = "",
                 f"{name}({shown}) raised a ValueError that does not name "
                 f"{' or '.join(names)}. Check the arguments first ({why}) and say in the "
                 f"message which one is wrong.{tail}"),
-                [("raised", str(error).splitlines()[0][:200])])
+                [("raised", raised(error, kind=False))])
         except NotImplementedError:
             raise
         except Exception as error:
             fail(kind, (
                 f"{name}({shown}) should raise {wanted} before any kernel is built ({why}); "
                 f"it failed later, inside JAX or your kernels, with another error.{tail}"),
-                [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+                [("raised", raised(error))])
         else:
             fail(kind, (
                 f"{name}({shown}) should raise {wanted} ({why}); it raised nothing.{tail}"),

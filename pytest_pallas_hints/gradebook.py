@@ -72,9 +72,10 @@ def grade(chapters: dict[str, Chapter], runs: dict[str, PuzzleRun], reports: lis
                 status, message = "fail", message_for(run)
             elif puzzle.id in unverifiable:
                 status = "fail"
-                message = (f"cannot be verified on JAX {jaxcompat.jax_version()}: "
-                           f"{unverifiable[puzzle.id]} is not available (grade it with a "
-                           "newer JAX)")
+                feature = unverifiable[puzzle.id]
+                message = jaxcompat.verdict(feature) + (
+                    " (grade it on the hardware)" if jaxcompat.unfaithful(feature)
+                    else " (grade it with a newer JAX)")
             else:
                 status = "fail"
                 message = ("its tests did not run" if run is None else

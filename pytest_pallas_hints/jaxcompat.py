@@ -26,6 +26,7 @@ import contextvars
 import dataclasses
 import functools
 import importlib.metadata
+import math
 import os
 import re
 import sys
@@ -79,12 +80,31 @@ def jax_version() -> str:
 # ---------------------------------------------------------------- features ---
 
 class CannotVerify(pytest.skip.Exception):
-    """A check this JAX cannot support: the test is skipped, never passed."""
+    """A check this JAX cannot support: the test is skipped, never passed. Also a
+    construct that is right on the hardware but that interpret mode does not run
+    faithfully (``unfaithful``): never called wrong for it, never passed either."""
 
     def __init__(self, feature: str, reason: str = ""):
         self.feature, self.reason = feature, reason
-        super().__init__(f"cannot be verified on JAX {jax_version()}: {feature} is not "
-                         f"available" + (f" ({reason})" if reason else ""), allow_module_level=False)
+        super().__init__(verdict(feature) + (f" ({reason})" if reason else ""),
+                         allow_module_level=False)
+
+
+def unfaithful(feature: str) -> bool:
+    """Whether a CannotVerify ``feature`` is a construct interpret mode cannot run as the
+    hardware would, not a feature this JAX lacks."""
+    return feature.startswith(UNFAITHFUL)
+
+
+UNFAITHFUL = "in interpret mode, "
+
+
+def verdict(feature: str) -> str:
+    """The words for a check skipped for ``feature``: "cannot be verified ..."."""
+    if unfaithful(feature):
+        return (f"cannot be verified here: {feature[len(UNFAITHFUL):]} (right on the "
+                "hardware; interpret mode does not run it as the hardware does)")
+    return f"cannot be verified on JAX {jax_version()}: {feature} is not available"
 
 
 FEATURES = ("structure checks", "work accounting", "byte accounting", "race detection",
@@ -144,7 +164,7 @@ def _remote_dmas() -> str | None:
                                         check_vma=False))(x)
             out = np.asarray(out)
     except Exception as error:
-        return f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+        return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}"
     if not np.array_equal(out, np.roll(x, 8, axis=0)):
         return "a copy to the neighbouring chip landed the wrong data"
     return None
@@ -513,6 +533,23 @@ def contracting_dims(eqn) -> tuple:
     """The left operand's contracting dims of a ``dot_general`` equation."""
     (contract, _), _ = eqn.params["dimension_numbers"]
     return tuple(contract)
+
+
+def relayout_only(eqn) -> bool:
+    """Whether an equation moves no element relative to the others: a broadcast, a
+    transpose or a slice that only adds, moves or drops dims of size 1 (what ``x[None]``,
+    ``y[0]`` and ``jax.vmap`` over a batch of 1 write). Like a reshape, it is glue."""
+    name = eqn.primitive.name
+    if name not in ("broadcast_in_dim", "transpose", "slice", "dynamic_slice", "squeeze",
+                    "expand_dims", "reshape") or len(eqn.invars) < 1:
+        return False
+    source, result = eqn.invars[0].aval, eqn.outvars[0].aval
+    if math.prod(source.shape) != math.prod(result.shape):
+        return False
+    if name == "transpose":
+        kept = [d for d in eqn.params["permutation"] if source.shape[d] != 1]
+        return kept == sorted(kept)
+    return True
 
 
 def wgmma_left_running(eqn) -> int | None:

@@ -2,7 +2,13 @@
 
     python -m pytest_pallas_hints.mutate CHAPTER... | --all
         [--workers N] [--sample N --seed S] [--inputs-seed S] [--only ID...] [--list]
-        [--timeout S]
+        [--timeout S] [--rewrite [--per-kind N]]
+
+``--rewrite`` runs the inverse (see REWRITES below): changes of how the reference is
+written that keep what it computes (einsum spelt as dot_general, exp as exp2, a
+pl.when as an if-free jnp.where, a fori_loop as a Python loop...), each of which must
+pass every test that reaches it; it prints, per chapter, rewrites tried and passed
+and each refused one with the diagnosis the learner would read.
 
 Each mutant is the reference chapter with one small semantic change, the kind a
 learner makes (SPEC 5b):
@@ -284,6 +290,227 @@ def _op(op) -> str:
             ast.NotEq: "!="}[type(op)]
 
 
+
+# ----------------------------------------------------------------- rewrites ---
+# The inverse of mutants (SPEC 5b, right code passes): a rewrite changes how the
+# reference is written and not what it computes, and a chapter's tests must pass on
+# every one of them. Each is a general rewrite of the source, not a per-puzzle one.
+
+LOG2E = 1.4426950408889634
+REWRITES = {
+    "commute": "a * b -> b * a, a + b -> b + a (operands that are arrays or numbers)",
+    "exp2": "jnp.exp(x) -> jnp.exp2(x * log2(e))",
+    "dot": "jnp.dot(a, b) -> lax.dot_general with the contracting dims spelt out",
+    "einsum": "jnp.einsum('<spec>', a, b) -> lax.dot_general (+ a transpose when the "
+              "spec's output order is not dot_general's)",
+    "when_cond": "@pl.when(c) def f() -> lax.cond(c, f, lambda: None)",
+    "when_where": "@pl.when(c) over stores only -> the stores, if-free: "
+                  "ref[i] = jnp.where(c, value, ref[i])",
+    "fori_python": "lax.fori_loop(lo, hi, body, carry) with static bounds -> a Python loop",
+    "cdiv": "pl.cdiv(a, b) -> (a + b - 1) // b",
+}
+
+
+def rewrites(root: Path, chapter: str) -> list[Mutant]:
+    """Every semantics-preserving rewrite of ``reference/<chapter>.py``, one site each,
+    in source order (ids ``chapter:function:rewrite:n``)."""
+    path = root / "reference" / f"{chapter}.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        counts: dict[str, int] = {}
+        for operator, index, change, apply, helper in _rewrite_sites(function):
+            counts[operator] = counts.get(operator, 0) + 1
+            rewritten = copy.deepcopy(function)
+            target = list(_walk(rewritten))[index]
+            apply(target, _parents(rewritten))
+            ast.fix_missing_locations(rewritten)
+            found.append(Mutant(
+                id=f"{chapter}:{function.name}:{operator}:{counts[operator]}", chapter=chapter,
+                function=function.name,
+                line=getattr(list(_walk(function))[index], "lineno", function.lineno),
+                change=change, source=helper + ast.unparse(rewritten)))
+    return found
+
+
+_STATIC_FORI = '''
+def _static_fori(lower, upper, body, carry):
+    """lax.fori_loop(lower, upper, body, carry) as a Python loop (bounds known here)."""
+    if not (isinstance(lower, int) and isinstance(upper, int)):
+        raise TypeError("fori_python: the loop's bounds are not static here")
+    for i in range(lower, upper):
+        carry = body(i, carry)
+    return carry
+
+
+'''
+
+
+def _rewrite_sites(function):
+    """(operator, node index, change, apply(node, parents), helper source) per site."""
+    nodes = list(_walk(function))
+    index_of = {id(n): i for i, n in enumerate(nodes)}
+    sites = []
+
+    def add(operator, node, change, apply, helper=""):
+        sites.append((operator, index_of[id(node)], change, apply, helper))
+
+    for node in nodes:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add)) \
+                and _numeric(node.left) and _numeric(node.right):
+            add("commute", node, f"{ast.unparse(node)} -> "
+                                 f"{ast.unparse(ast.BinOp(node.right, node.op, node.left))}",
+                lambda n, p: _commute(n))
+        name = _called_name(node)
+        if isinstance(node, ast.Call) and name == "exp" and len(node.args) == 1 \
+                and not node.keywords:
+            add("exp2", node, f"{ast.unparse(node)} -> exp2(x * log2 e)", _to_exp2)
+        if isinstance(node, ast.Call) and name == "dot" and len(node.args) == 2 \
+                and _dotted(node.func).startswith(("jnp.", "jax.numpy.")):
+            add("dot", node, f"{ast.unparse(node.func)} -> lax.dot_general", _to_dot_general)
+        if isinstance(node, ast.Call) and name == "einsum" and len(node.args) == 3 \
+                and _einsum_plan(node.args[0]) is not None:
+            add("einsum", node, f"einsum({ast.unparse(node.args[0])}) -> lax.dot_general",
+                _einsum_to_dot_general)
+        if isinstance(node, ast.FunctionDef):
+            when = [d for d in node.decorator_list if _is_when(d) and d.args]
+            if when and node.name != function.name:
+                condition = ast.unparse(when[0].args[0])
+                add("when_cond", node, f"@pl.when({condition}) {node.name} -> lax.cond",
+                    _when_to_cond)
+                if _stores_only(node):
+                    add("when_where", node, f"@pl.when({condition}) {node.name} -> "
+                                            "jnp.where stores", _when_to_where)
+        if isinstance(node, ast.Call) and name == "fori_loop" and len(node.args) == 4 \
+                and not node.keywords:
+            add("fori_python", node, f"{ast.unparse(node)[:60]} -> a Python loop",
+                lambda n, p: _rename_call(n, "_static_fori"), _STATIC_FORI)
+        if isinstance(node, ast.Call) and name == "cdiv" and len(node.args) == 2:
+            a, b = (ast.unparse(x) for x in node.args)
+            add("cdiv", node, f"{ast.unparse(node)} -> ({a} + {b} - 1) // {b}", _cdiv)
+    return sites
+
+
+def _numeric(node) -> bool:
+    """An operand that commutes: not a sequence or a string (a tuple + a tuple is not
+    a sum), nor a shape or a slice of one."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.JoinedStr, ast.ListComp)):
+        return False
+    if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):
+        return False
+    text = ast.unparse(node)
+    return "shape" not in text and not (isinstance(node, ast.Subscript)
+                                        and isinstance(node.slice, ast.Slice)) \
+        and not (isinstance(node, ast.BinOp) and not (_numeric(node.left)
+                                                      and _numeric(node.right)))
+
+
+def _commute(node) -> None:
+    node.left, node.right = node.right, node.left
+
+
+def _dotted(node) -> str:
+    return ast.unparse(node)
+
+
+def _parse(text: str):
+    return ast.parse(text, mode="eval").body
+
+
+def _to_exp2(node, parents) -> None:
+    x = ast.unparse(node.args[0])
+    _replace(node, _parse(f"jnp.exp2(({x}) * {LOG2E!r})"), parents)
+
+
+def _to_dot_general(node, parents) -> None:
+    a, b = (ast.unparse(x) for x in node.args)
+    keywords = "".join(f", {k.arg}={ast.unparse(k.value)}" for k in node.keywords)
+    new = _parse(f"jax.lax.dot_general({a}, {b}, (((({a}).ndim - 1,), "
+                 f"(max(({b}).ndim - 2, 0),)), ((), ())){keywords})")
+    _replace(node, new, parents)
+
+
+def _einsum_plan(spec):
+    """(contracting, batch, transpose) for a two-operand einsum spec without
+    ellipses or repeated letters, in dot_general's terms; None otherwise."""
+    if not (isinstance(spec, ast.Constant) and isinstance(spec.value, str)):
+        return None
+    text = spec.value.replace(" ", "")
+    if "..." in text or "->" not in text:
+        return None
+    inputs, out = text.split("->")
+    if inputs.count(",") != 1:
+        return None
+    a, b = inputs.split(",")
+    if any(len(set(s)) != len(s) for s in (a, b, out)):
+        return None
+    batch = [c for c in a if c in b and c in out]
+    contract = [c for c in a if c in b and c not in out]
+    if any(c not in a and c not in b for c in out) or \
+            any(c not in out and c not in contract for c in a + b):
+        return None
+    order = batch + [c for c in a if c not in b] + [c for c in b if c not in a]
+    dims = (((tuple(a.index(c) for c in contract), tuple(b.index(c) for c in contract)),
+             (tuple(a.index(c) for c in batch), tuple(b.index(c) for c in batch))))
+    perm = tuple(order.index(c) for c in out)
+    return dims, None if perm == tuple(range(len(perm))) else perm
+
+
+def _einsum_to_dot_general(node, parents) -> None:
+    dims, perm = _einsum_plan(node.args[0])
+    a, b = (ast.unparse(x) for x in node.args[1:])
+    keywords = "".join(f", {k.arg}={ast.unparse(k.value)}" for k in node.keywords)
+    text = f"jax.lax.dot_general({a}, {b}, {dims!r}{keywords})"
+    if perm is not None:
+        text = f"jnp.transpose({text}, {perm!r})"
+    _replace(node, _parse(text), parents)
+
+
+def _when_to_cond(node, parents) -> None:
+    when = next(d for d in node.decorator_list if _is_when(d) and d.args)
+    node.decorator_list.remove(when)
+    parent, field, index = parents[id(node)]
+    call = ast.parse(f"jax.lax.cond({ast.unparse(when.args[0])}, {node.name}, "
+                     "lambda: None)").body[0]
+    getattr(parent, field).insert(index + 1, call)
+
+
+def _stores_only(node) -> bool:
+    """A pl.when body that only stores into refs (``ref[i] = value``), with no dot,
+    copy or nested control: the stores can be written if-free."""
+    body = [s for s in node.body if not _validation(s)]
+    return bool(body) and all(
+        isinstance(s, ast.Assign) and len(s.targets) == 1
+        and isinstance(s.targets[0], ast.Subscript) for s in body) \
+        and not any(_called_name(n) in ("dot", "einsum", "dot_general", "matmul")
+                    for n in ast.walk(node) if isinstance(n, ast.Call))
+
+
+def _when_to_where(node, parents) -> None:
+    when = next(d for d in node.decorator_list if _is_when(d) and d.args)
+    condition = ast.unparse(when.args[0])
+    parent, field, index = parents[id(node)]
+    stores = []
+    for s in node.body:
+        if _validation(s):
+            continue
+        target = ast.unparse(s.targets[0])
+        stores.append(ast.parse(f"{target} = jnp.where({condition}, {ast.unparse(s.value)}, "
+                                f"{target})").body[0])
+    getattr(parent, field)[index:index + 1] = stores
+
+
+def _rename_call(node, name: str) -> None:
+    node.func = ast.Name(id=name, ctx=ast.Load())
+
+
+def _cdiv(node, parents) -> None:
+    a, b = (ast.unparse(x) for x in node.args)
+    _replace(node, _parse(f"(({a}) + ({b}) - 1) // ({b})"), parents)
+
+
 # ---------------------------------------------------------- which tests run ---
 
 def selection(root: Path, chapter: str) -> dict[str, set[str]]:
@@ -383,6 +610,10 @@ class _Collector:
     def pytest_runtest_logreport(self, report):
         if report.failed and not self.failed:
             self.failed = report.nodeid.split("::")[-1]
+            said = [line.strip() for line in str(report.longreprtext).splitlines()
+                    if line.strip() and not set(line.strip()) <= set("-=_^~ ")]
+            if said:   # what the learner would read: the diagnosis's last lines
+                self.failed += " — " + " | ".join(said[-3:])[:400]
         elif report.passed and report.when == "call":
             self.passed += 1
 
@@ -464,6 +695,30 @@ def report(root: Path, chapter: str, outcomes: list[Outcome], total: int,
     return lines, share >= THRESHOLD and not unlisted
 
 
+def rewrite_report(chapter: str, outcomes: list[Outcome], total: int,
+                   sampled: bool) -> tuple[list[str], bool]:
+    """The lines for one chapter's rewrites, and whether every one passed (a rewrite no
+    test reaches is counted apart: it proves nothing)."""
+    mine = [o for o in outcomes if o.mutant.chapter == chapter]
+    tried = [o for o in mine if o.verdict != "not reached"]
+    passed = [o for o in tried if o.verdict == "survived"]
+    by_kind: dict[str, list[int]] = {}
+    for o in tried:
+        counts = by_kind.setdefault(o.mutant.id.split(":")[2], [0, 0])
+        counts[0] += 1
+        counts[1] += o.verdict == "survived"
+    lines = [f"{chapter}: {len(passed)} of {len(tried)} rewrites passed"
+             + (f" · a sample of {len(mine)} of {total}" if sampled else "")
+             + (f" · {len(mine) - len(tried)} reached by no test" if len(mine) > len(tried)
+                else "")
+             + " · " + ", ".join(f"{k} {p}/{t}" for k, (t, p) in sorted(by_kind.items()))]
+    for o in tried:
+        if o.verdict != "survived":
+            lines.append(f"  refused {o.mutant.id}  line {o.mutant.line}: {o.mutant.change}\n"
+                         f"      by {o.by}")
+    return lines, len(passed) == len(tried)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pytest_pallas_hints.mutate",
@@ -480,9 +735,16 @@ def main(argv=None) -> int:
     parser.add_argument("--inputs-seed", type=int, default=0, metavar="S",
                         help="the seed of the tests' inputs (default 0: the inputs of the "
                              "full run, so that a sample's verdicts are the full run's)")
+    parser.add_argument("--per-kind", type=int, default=0, metavar="N",
+                        help="with --rewrite: N rewrites of each kind per chapter, drawn "
+                             "with --seed (default: all)")
     parser.add_argument("--only", nargs="*", default=[], metavar="ID",
                         help="run only these mutant ids")
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
+    parser.add_argument("--rewrite", action="store_true",
+                        help="the inverse: semantics-preserving rewrites of the reference "
+                             "(REWRITES), every one of which must pass; prints tried and "
+                             "passed, and each refused rewrite with the test's words")
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds a test may run before it counts as hung (default 60)")
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="the kit (default: .)")
@@ -494,10 +756,19 @@ def main(argv=None) -> int:
     if not names or unknown:
         parser.error(f"name chapters from {', '.join(known)}, or --all"
                      + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
-    everything = {name: mutants(root, name) for name in names}
+    make = rewrites if args.rewrite else mutants
+    everything = {name: make(root, name) for name in names}
     chosen = []
     for name, found in everything.items():
         picked = [m for m in found if not args.only or m.id in args.only]
+        if args.per_kind:
+            kinds: dict[str, list] = {}
+            for m in picked:
+                kinds.setdefault(m.id.split(":")[2], []).append(m)
+            draw = random.Random(f"{args.seed}:{name}")
+            picked = sorted((m for ms in kinds.values()
+                             for m in (draw.sample(ms, args.per_kind)
+                                       if len(ms) > args.per_kind else ms)), key=found.index)
         if args.sample and len(picked) > args.sample:
             picked = sorted(random.Random(f"{args.seed}:{name}").sample(picked, args.sample),
                             key=found.index)
@@ -507,7 +778,8 @@ def main(argv=None) -> int:
             print(f"{m.id}  line {m.line}: {m.change}")
         return 0
     started = time.monotonic()
-    print(f"mutation testing {', '.join(names)}: {len(chosen)} mutants"
+    print(f"{'rewrite' if args.rewrite else 'mutation'} testing {', '.join(names)}: "
+          f"{len(chosen)} {'rewrites' if args.rewrite else 'mutants'}"
           + (f" (a sample of {args.sample} per chapter, seed {args.seed})" if args.sample else "")
           + f", inputs seed {args.inputs_seed}"
           + f", {args.workers} workers", flush=True)
@@ -517,6 +789,13 @@ def main(argv=None) -> int:
                                             end="", flush=True))
     print(f"\n{time.monotonic() - started:.0f} s")
     ok = True
+    if args.rewrite:
+        for name in names:
+            lines, good = rewrite_report(name, outcomes, len(everything[name]),
+                                         bool(args.sample or args.only or args.per_kind))
+            ok &= good
+            print("\n".join(lines))
+        return 0 if ok else 1
     for name in names:
         lines, good = report(root, name, outcomes, len(everything[name]),
                              bool(args.sample or args.only))

@@ -49,8 +49,9 @@ class Op:
     """A JAX op outside every kernel that the program's result depends on."""
     name: str
     nbytes: int
-    integer: bool         # integer or boolean values only, none computed from float data
-    #                       (index metadata; floats bitcast to integers are still data)
+    integer: bool         # computed from integer inputs only, none from float data
+    #                       (index metadata, whatever ops it takes: a histogram of the
+    #                       group sizes; floats bitcast to integers are still data)
     constant: bool        # depends on no input (zeros, iota...)
 
 
@@ -157,10 +158,11 @@ def read(closed, out_tree) -> Program:
             else:
                 inner_outs = []
                 for inner, _ in jaxcompat.parts(eqn):  # cond, while, scan...
-                    merged = graph.add("op", ins, name=name, nbytes=0, integer=True)
+                    merged = graph.add("op", ins, name=name, nbytes=0)
                     inner_outs += walk(inner, [merged] * len(inner.invars), True)
+                glue = jaxcompat.relayout_only(eqn)   # x[None]: a reshape, whatever op
                 outs = [graph.add("op", ins + [n for n in inner_outs if n is not None],
-                                  name=name, nbytes=_nbytes(eqn), integer=_integer(eqn))
+                                  name="reshape" if glue else name, nbytes=_nbytes(eqn))
                         for _ in eqn.outvars]
             for var, out in zip(eqn.outvars, outs):
                 env[var] = out
@@ -185,7 +187,7 @@ def read(closed, out_tree) -> Program:
                             + varying)
     floats = graph.depends_on([n for n, var in zip(inputs, closed.jaxpr.invars)
                                if not _integer_aval(var.aval)])
-    ops = [Op(info["name"], info["nbytes"], info["integer"] and not floats[n], not data[n])
+    ops = [Op(info["name"], info["nbytes"], not floats[n], not data[n])
            for n, (kind, info) in enumerate(graph.info)
            if kind == "op" and n in live and info["nbytes"]]
     used = {info["site"].index for n, (kind, info) in enumerate(graph.info)
@@ -244,13 +246,6 @@ def _nbytes(eqn) -> int:
 def _integer_aval(aval) -> bool:
     dtype = getattr(aval, "dtype", None)
     return dtype is not None and (np.issubdtype(dtype, np.integer) or dtype == np.bool_)
-
-
-def _integer(eqn) -> bool:
-    dtypes = [getattr(getattr(v, "aval", None), "dtype", None)
-              for v in list(eqn.invars) + list(eqn.outvars)]
-    return all(d is not None and (np.issubdtype(d, np.integer) or d == np.bool_)
-               for d in dtypes)
 
 
 def _callbacks_in(kernel) -> list[str]:

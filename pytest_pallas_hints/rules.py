@@ -24,6 +24,14 @@ the listed ones or to anything reached from one by a name off the list, and the
 file writes to nothing it did not make. So it cannot reach ``sys``, the tests,
 the plugin or a frame, and cannot change a library the checks use.
 
+No ``class``, not even a frozen dataclass of plain fields (JAX's kernels keep their
+block sizes in one): its field names are attribute names the file makes up, read on
+whatever value the file holds, so admitting them would need a list of every attribute
+any reachable object has (``f_back``, ``gi_frame``, ``tb_frame``...) beside this one, and
+the guarantee above rests on needing no such list. Block sizes travel as keyword
+arguments, a dict or ``functools.partial``; JAX's kernels adapted to an exercise file
+take theirs so (``tests/alternatives``).
+
 The same check runs locally, so a learner's run never differs from a graded one.
 It is not a sandbox: what the listed functions can do, the file can do.
 """

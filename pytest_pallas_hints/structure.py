@@ -212,11 +212,19 @@ def _outside(program, structure, sources):
 _WAITS = frozenset({"barrier_wait", "dma_wait", "wait_smem_to_gmem", "barrier_arrive",
                     "copy_smem_to_gmem"})
 
+# Primitives that compute what another does, for the lesson's sake: exp2(x * log2(e))
+# is an exp (JAX's own flash kernels write it so); pl.program_id is the block's index.
+SAME_WORK = {"exp2": "exp",
+             # the block's index: pl.program_id as a TPU kernel (and the Mosaic GPU
+             # docs' matmul) asks it, lax.axis_index(name) in a plgpu.kernel
+             "program_id": "axis_index"}
+
 
 def _inside(program, structure, sources):
     done = set()
     for site in program.sites:
         done |= _primitives(site.call.kernel)
+    done |= {SAME_WORK[name] for name in done if name in SAME_WORK}
     # What waits for another op comes after it: a kernel with neither a copy nor its
     # wait is told about the copy.
     for name in sorted(structure.inside, key=lambda name: (name in _WAITS, name)):
@@ -268,16 +276,18 @@ def _threads(program, structure, sources):
 
 
 def _gpu_program_id(program, structure, sources):
-    """pl.program_id in a Mosaic GPU kernel with a grid: GPU interpret mode answers 0 in
-    every block, so the kit (and any laptop) would compute another kernel than a GPU."""
+    """pl.program_id in a Mosaic GPU kernel with a grid: right on a GPU (the Mosaic GPU
+    docs' matmul asks it), but GPU interpret mode answers 0 in every block, so what runs
+    here is another kernel. Never called wrong for it: it cannot be verified here."""
     for site in program.sites:
         if site.call.backend == "mosaic_gpu" and _steps(site.call.grid) > 1 \
                 and "program_id" in _primitives(site.call.kernel):
-            return [Finding("program_id", (
-                f"your kernel {site.call.name}() asks pl.program_id for its block: in a "
-                "plgpu.kernel, name the grid axes (grid_names=...) and ask "
-                "lax.axis_index(name). GPU interpret mode, which runs your kernel on this "
-                "machine, answers pl.program_id with 0 in every block."))]
+            raise jaxcompat.CannotVerify(
+                f"{jaxcompat.UNFAITHFUL}pl.program_id in {site.call.name}(), a plgpu.kernel "
+                "with a grid",
+                "GPU interpret mode answers pl.program_id with 0 in every block; to be "
+                "checked here, name the grid axes (grid_names=...) and ask "
+                "lax.axis_index(name), which means the same on a Hopper")
     return []
 
 
@@ -425,17 +435,52 @@ def _whole_array(program, structure, sources):
     return []
 
 
+def same_grid(yours, expected) -> bool:
+    """Whether two grids take the same steps in the same order: equal up to axes of size
+    1 (JAX's paged attention keeps one for megacore; ``jax.vmap`` over a batch of 1 adds
+    one), whose program id is always 0."""
+    return tuple(g for g in yours if g != 1) == tuple(g for g in expected if g != 1)
+
+
+def reordered_grid(call, expected) -> bool:
+    """Whether a kernel's grid is the puzzle's with its axes in another order and the
+    same work: every output block's visits still come one after another (a reduction
+    axis still runs innermost for each output block), as its index maps show on every
+    grid step. A parallel axis moved (the batch innermost, the columns before the rows)
+    computes the same blocks; a reduction moved outwards revisits output blocks and is
+    not this. Index maps that read scalar prefetch are not judged here (False)."""
+    from . import walk
+
+    grid = tuple(call.grid)
+    if same_grid(grid, expected) or None in grid or call.num_prefetch or \
+            sorted(g for g in grid if g != 1) != sorted(g for g in expected if g != 1):
+        return False
+    steps = walk.grid_steps(grid)
+    for block in call.blocks[call.num_inputs:]:
+        try:
+            visits = walk.index_maps(block, steps, [])
+        except (walk.Uncountable, Exception):   # an index map the walk cannot evaluate
+            return False
+        runs = [tuple(v) for n, v in enumerate(visits) if n == 0 or
+                tuple(v) != tuple(visits[n - 1])]
+        if len(runs) != len(set(runs)):
+            return False
+    return True
+
+
 def _grid(program, structure, sources):
     for site, grid, expected in _grids(program, structure):
-        if grid != expected:
-            # The first axis that differs, for a puzzle's words on it ("grid:axis2").
+        if not same_grid(grid, expected) and not reordered_grid(site.call, expected):
+            # What the kit has shown, for a puzzle's words on it: the same axes in another
+            # order ("grid:order"), else the first axis that differs ("grid:axis2").
             axis = next((d for d, (a, b) in enumerate(zip(grid, expected)) if a != b), None) \
                 if len(grid) == len(expected) else None
+            reordered = sorted(grid, key=str) == sorted(expected, key=str)
             return [Finding("grid", (
                 f"the grid of {site.call.name}() is {grid}, the puzzle's is {expected}: one "
                 "grid step per block along each axis, in the order of the grid."),
                 facts=[("grid", f"expected {expected} · yours {grid}")],
-                detail="" if axis is None else f"axis{axis}")]
+                detail="order" if reordered else "" if axis is None else f"axis{axis}")]
     return []
 
 
@@ -465,7 +510,7 @@ def blocks_of(program, label: str, shapes, *, array_name: str | None = None,
             f"shape {_shape(shapes[0])}, so that each grid step sees its block."),
             facts=[("blocks", f"{called}: expected {_shape(shapes[0])} · yours none")])]
     for block in found:
-        if tuple(block.block_shape) not in shapes:
+        if _squeezed(block.block_shape) not in {_squeezed(shape) for shape in shapes}:
             wanted = " or ".join(_shape(shape) for shape in shapes)
             return [Finding("blocks_shape", (
                 f"{block.name} has blocks of shape {_shape(block.block_shape)}, the "
@@ -474,6 +519,14 @@ def blocks_of(program, label: str, shapes, *, array_name: str | None = None,
                 facts=[("blocks", f"{block.name}: expected {wanted} · yours "
                                   f"{_shape(block.block_shape)}")])]
     return []
+
+
+def _squeezed(shape) -> tuple:
+    """A block shape as what one grid step sees: a squeezed dim (None, pl.Squeezed), a
+    dim of size 1 and no dim at all are the same block (JAX's flash kernel writes
+    (1, 1, block_q, H) where the lesson writes (None, None, block_q, H); ``jax.vmap``
+    adds a squeezed dim)."""
+    return tuple(d for d in shape if d not in (None, 1))
 
 
 def operands_of(program, label: str, sites=None) -> list:

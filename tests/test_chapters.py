@@ -88,3 +88,5 @@ def test_every_known_mistake_fails_with_its_diagnosis(kit, mistake):
     assert result.ret == pytest.ExitCode.TESTS_FAILED, f"{path.name} passed its tests"
     assert f"✗ {puzzle}" in out
     assert flat(expect) in flat(out), f"the diagnosis does not say {expect!r}"
+    if "AVOID" in fields:   # words of a cause this mistake is not: never stated
+        assert flat(fields["AVOID"]) not in flat(out), f"the diagnosis says {fields['AVOID']!r}"

@@ -69,3 +69,29 @@ def test_a_later_mutant_is_judged_on_its_own_program():
     assert picked and picked[0].change.endswith("-> pl.when(True)")
     outcomes = mutate.run(ROOT, picked, workers=1, seed=0, timeout=60)
     assert [o.verdict for o in outcomes] == ["survived"]
+
+
+@pytest.mark.parametrize("chapter", ["basics", "matmul", "flash", "linear"])
+def test_rewrites_compile_with_stable_ids(chapter):
+    first, second = mutate.rewrites(ROOT, chapter), mutate.rewrites(ROOT, chapter)
+    assert [r.id for r in first] == [r.id for r in second] and first
+    assert len({r.id for r in first}) == len(first)
+    for r in first:
+        assert r.id.split(":")[2] in mutate.REWRITES, r.id
+        compile(r.source, r.id, "exec")
+
+
+def test_an_einsum_becomes_the_same_dot_general():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    q, k = np.random.rand(8, 16).astype(np.float32), np.random.rand(4, 16).astype(np.float32)
+    spec = mutate.ast.parse('"qh,kh->qk"', mode="eval").body
+    dims, perm = mutate._einsum_plan(spec)
+    assert perm is None
+    np.testing.assert_allclose(jax.lax.dot_general(q, k, dims),
+                               jnp.einsum("qh,kh->qk", q, k), rtol=1e-6)
+    dims, perm = mutate._einsum_plan(mutate.ast.parse('"ih,iv->vh"', mode="eval").body)
+    np.testing.assert_allclose(jnp.transpose(jax.lax.dot_general(q, q, dims), perm),
+                               jnp.einsum("ih,iv->vh", q, q), rtol=1e-5)

@@ -525,6 +525,21 @@ def test_a_primitive_with_no_tpu_lowering_is_named_not_called_not_started(kit):
     assert "`cumsum` has no lowering inside a TPU kernel" in out
 
 
+def test_a_not_implemented_error_of_a_pasted_kernel_is_its_message_not_unfinished(kit):
+    # JAX's own kernels raise NotImplementedError for what they do not support, from a
+    # line that ends no stub: the learner reads that message, not "unfinished".
+    solved = (kit.path / "reference" / "basics.py").read_text()
+    kit.write("exercises/basics.py", solved.replace(
+        "def add_one_kernel(x_ref, o_ref):\n",
+        "def add_one_kernel(x_ref, o_ref):\n"
+        "    if x_ref.shape[0] > 1:\n"
+        "        raise NotImplementedError('blocks of more than one row are not supported')\n"))
+    out = kit.run("exercises/test_basics.py", "-k", "add_one").stdout.str()
+    verdict = out.split("✗ basics.add_one")[1].split("replay")[0]
+    assert "not started" not in verdict and "unfinished" not in verdict
+    assert "NotImplementedError: blocks of more than one row are not supported" in verdict
+
+
 def test_a_not_implemented_error_outside_a_stub_is_an_error_with_its_line():
     from pytest_pallas_hints import diagnose
 

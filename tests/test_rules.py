@@ -192,6 +192,112 @@ def test_review_lists_what_a_new_release_adds():
     assert "math" not in rules.review(words)
 
 
+# What JAX's own Pallas kernels (jax/experimental/pallas/ops) use from the modules an
+# exercise file may import, that the vocabulary keeps out, and why. Everything else they
+# use from those modules is admitted: the test below reads every kernel file of the
+# installed JAX, so a release that starts using a new name fails it until the name is
+# sorted into the vocabulary or here.
+REFUSED_OF_JAX_KERNELS = {
+    "jax._src": "JAX's internals: no stable API, and a way around every list",
+    "jax.config": "a global switch: it would change what the checks see",
+    "jax.default_matmul_precision": "a global switch (a context for every dot after it)",
+    "functools.lru_cache": "a cache keeps state from one call to the next",
+    **dict.fromkeys([
+        "jax.devices", "jax.device_count", "jax.local_devices", "jax.local_device_count",
+        "jax.process_count", "jax.make_mesh", "jax.set_mesh", "jax.sharding.Mesh",
+        "jax.sharding.AxisType", "jax.sharding.NamedSharding", "jax.sharding.reshard",
+        "jax.sharding.get_abstract_mesh"],
+        "the tests build the mesh and place the arrays (the host side of JAX's examples)"),
+    **dict.fromkeys(["jax.random", "numpy.random", "numpy.testing"],
+                    "the inputs and the checks of JAX's examples: the tests make and check "
+                    "them"),
+    "jax.debug": "host callbacks from a kernel; it prints with pl.debug_print",
+    "jax.tree_util": "register_pytree_node_class is class machinery (the rule has no class)",
+    "jax.ad_checkpoint": "rematerialisation policies of a training step, not of a kernel",
+    "jax.experimental.pallas.triton": "the Triton backend: the GPU chapter is Mosaic GPU",
+    "jax.ShapeDtypeStruct.like": "not needed: jax.ShapeDtypeStruct(x.shape, x.dtype)",
+    "jax.lax.DotAlgorithmPreset.ANY_F8_ANY_F8_F32": "float8 products: no chapter teaches them",
+    "jax.experimental.pallas.mosaic_gpu.Layout.TCGEN05": "Blackwell's tensor memory: the GPU "
+                                                         "chapter is Hopper",
+}
+
+
+def used_from_listed_modules(source: str, words) -> set[str]:
+    """The names a file takes from the vocabulary's modules ("jax.lax.scan"), the
+    submodules it reaches that have no section ("jax.random"), and the attributes it
+    reads of an admitted name ("jax.experimental.pallas.DeviceIdType.MESH") that
+    ``[values]`` does not list."""
+    import ast
+
+    tree = ast.parse(source)
+    alias, used = {}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                alias[a.asname or a.name.split(".")[0]] = a.name if a.asname \
+                    else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                if f"{node.module}.{a.name}" in words.modules:
+                    alias[a.asname or a.name] = f"{node.module}.{a.name}"
+                elif node.module in words.modules:
+                    used.add(f"{node.module}.{a.name}")
+    for node in ast.walk(tree):
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id not in alias or not parts:
+            continue
+        module, parts = alias[node.id], parts[::-1]
+        while parts and f"{module}.{parts[0]}" in words.modules:
+            module, parts = f"{module}.{parts[0]}", parts[1:]
+        if module not in words.modules or not parts:
+            continue
+        used.add(f"{module}.{parts[0]}")
+        if len(parts) > 1 and parts[0] in words.modules[module] \
+                and parts[1] not in words.values:   # (a refused name's are refused too)
+            used.add(f"{module}.{parts[0]}.{parts[1]}")
+    return used
+
+
+def _admitted(words, name: str) -> bool:
+    module, _, member = name.rpartition(".")
+    if module in words.modules:
+        return member in words.modules[module]
+    return name in words.modules    # a submodule with a section of its own
+
+
+def test_what_jax_kernels_use_is_admitted_or_refused_for_a_stated_reason():
+    import jax
+
+    words = rules.vocabulary()
+    kernels = Path(jax.__file__).parent / "experimental" / "pallas" / "ops"
+    used = set().union(*(used_from_listed_modules(path.read_text(), words)
+                         for path in sorted(kernels.rglob("*.py"))))
+    assert len(used) > 100     # the kernels were read
+    unsorted = sorted(name for name in used if not _admitted(words, name)
+                      and name not in REFUSED_OF_JAX_KERNELS)
+    assert not unsorted, ("JAX's own kernels use names the vocabulary neither admits nor "
+                          f"refuses here with a reason: {unsorted}")
+    for name in REFUSED_OF_JAX_KERNELS:
+        assert not _admitted(words, name), f"{name} is admitted and listed as refused"
+
+
+@pytest.mark.parametrize("code", [
+    "from jax.experimental import pallas as pl\nd = pl.DeviceIdType.MESH\n",
+    "from jax.experimental.pallas import tpu as pltpu\nd = pltpu.DeviceIdType.MESH\n",
+    "from jax.experimental.pallas import mosaic_gpu as plgpu\n"
+    "s = plgpu.LoweringSemantics.Warpgroup\n",
+    "from jax import lax\ndef f(x):\n    return lax.optimization_barrier(x)\n",
+    "from jax.experimental.pallas import tpu as pltpu\n"
+    "def f(pipeline):\n    return pipeline.get_allocations()\n",
+    "import jax\ndef f(x: jax.typing.ArrayLike):\n    return jax.tree.leaves(x)\n",
+])
+def test_the_api_jax_kernels_and_the_pallas_docs_use_is_admitted(code):
+    assert broken(code) is None
+
+
 # --------------------------------------------------------------- in a run ---
 
 def test_a_rule_break_fails_the_chapter_with_its_line(kit):

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import jaxcompat
-from ..checking import check_traffic, fail
+from ..checking import check_traffic, fail, raised
 from ..frozen import np
 
 
@@ -415,7 +415,7 @@ def check_names_bad_argument(function, q, k, v, beta, *, chunk, bad):
         fail("argument_check", f"{called} should raise a ValueError that names {bad} before "
              "any kernel is built; it failed later, inside JAX.",
              [("called", called),
-              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+              ("raised", raised(error))])
     fail("argument_check", f"{called} should raise a ValueError that names {bad}; it raised "
          "nothing.", [("called", called), ("raised", "nothing")])
 

@@ -25,7 +25,7 @@ import re
 
 import jax
 
-from ..checking import fail
+from ..checking import fail, raised
 from ..frozen import np
 from .common import cdiv, f64
 
@@ -307,7 +307,7 @@ def check_alone(function, *args, like, **static):
         raise
     except Exception as error:
         fail("alone", f"{name}() called without jax.grad fails while it is traced.",
-             [("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+             [("raised", raised(error))])
     if getattr(alone, "shape", None) != like.shape or getattr(alone, "dtype", None) != like.dtype:
         fail("alone", (
             f"{name}() called without jax.grad returns something else than under jax.grad: "
@@ -390,7 +390,9 @@ def check_xent_grids(ran, *, num_t, num_v):
     """cross_entropy's three kernels walk (t, v), (t, v) and (v, t): each sums over its
     last axis."""
     grids = [tuple(site.call.grid) for site in ran.program.sites]
-    if sorted(grids) != sorted([(num_t, num_v), (num_t, num_v), (num_v, num_t)]):
+    unit = [tuple(g for g in grid if g != 1) for grid in grids]    # same_grid's terms
+    wanted = [(num_t, num_v), (num_t, num_v), (num_v, num_t)]
+    if sorted(unit) != sorted(tuple(g for g in grid if g != 1) for grid in wanted):
         fail("grid", (
             "the three kernels' grids are the forward's (token blocks, vocabulary blocks), "
             "dh's the same (it sums over v, last) and dw's (vocabulary blocks, token "
@@ -409,14 +411,14 @@ def check_label_refused(function, h, w, *, labels, bad, V, **static):
         if "labels" in str(error):
             return
         fail("argument_check", "cross_entropy raised a ValueError that does not name "
-             "labels.", [("raised", str(error).splitlines()[0][:200])])
+             "labels.", [("raised", raised(error, kind=False))])
     except NotImplementedError:
         raise
     except Exception as error:
         fail("argument_check", f"cross_entropy with a label of {bad} (V={V}) should raise a "
              "ValueError naming labels before any kernel is built; it failed later, "
              "inside JAX.", [("raised", f"{type(error).__name__}: "
-                                        f"{str(error).splitlines()[0][:200]}")])
+                                        f"{raised(error, kind=False)}")])
     fail("argument_check", f"cross_entropy with a label of {bad} (V={V}) should raise a "
          "ValueError naming labels; it raised nothing.", [("labels", f"labels[3] = {bad}")])
 
@@ -445,7 +447,7 @@ def with_grads(function, arguments, *, saved=None):
             trees = re.search(r"output structure (PyTreeDef\(.*?\)) for primal input "
                               r"structure (PyTreeDef\(.*\))", str(error))
             facts = ([("returned", f"{trees[1]} · the function's inputs {trees[2]}")] if trees
-                     else [("raised", str(error).splitlines()[0][:200])])
+                     else [("raised", raised(error, kind=False))])
             fail("vjp_structure", (
                 "the backward rule of your custom_vjp function must return a tuple with one "
                 "entry per input of the function, in their order (None for an input that "

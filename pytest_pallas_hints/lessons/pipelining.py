@@ -15,7 +15,7 @@ import dataclasses
 
 import jax
 
-from ..checking import fail
+from ..checking import fail, raised
 from ..frozen import np
 from .common import cdiv
 
@@ -297,7 +297,7 @@ def check_paged_rejects(paged_attention, bad, name, *args, pages_per_block):
         fail("argument_check", f"paged_attention({bad}) should raise a ValueError that names "
              "the argument before any kernel is built; it failed later, inside JAX.",
              [("called", f"paged_attention({bad})"),
-              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+              ("raised", raised(error))])
     fail("argument_check", f"paged_attention({bad}) should raise a ValueError that names the "
          "argument; it raised nothing.", [("called", f"paged_attention({bad})"),
                                           ("raised", "nothing")])

@@ -18,7 +18,7 @@ import functools
 import jax
 
 from .. import jaxcompat
-from ..checking import check_vmem, fail
+from ..checking import check_vmem, fail, raised
 from ..frozen import np
 from ..structure import carried_state
 from .common import cdiv
@@ -311,7 +311,7 @@ def raises_naming(bad, called, fn, *args, **static):
         fail("argument_check", f"{called} should raise a ValueError that names {bad} before "
              "any kernel is built; it failed later, with another error.",
              [("called", called),
-              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"),
+              ("raised", raised(error)),
               wanted] + chapter_line_of(error))
     fail("argument_check", f"{called} should raise a ValueError that names {bad}; it raised "
          "nothing.", [("called", called), ("raised", "nothing"), wanted])

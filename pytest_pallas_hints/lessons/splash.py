@@ -18,7 +18,7 @@ import math
 
 import jax
 
-from ..checking import fail
+from ..checking import fail, raised
 from ..frozen import np
 from .common import cdiv
 
@@ -499,7 +499,7 @@ def check_mask_rejects(make_mask, T, S, options, said):
         fail("argument_check", f"make_mask({said}) should raise a ValueError that says why; "
              "it failed with something else.",
              [("called", f"make_mask({said})"),
-              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+              ("raised", raised(error))])
     fail("argument_check", f"make_mask({said}) should raise a ValueError that says why; it "
          "returned a mask.", [("called", f"make_mask({said})"), ("raised", "nothing")])
 
@@ -790,7 +790,7 @@ def check_attention_rejects(splash_attention, said, q, k, v, **static):
         fail("argument_check", f"splash_attention({said}) should raise a ValueError that "
              "names the argument before any kernel is built; it failed later, inside JAX.",
              [("called", f"splash_attention({said})"),
-              ("raised", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")])
+              ("raised", raised(error))])
     fail("argument_check", f"splash_attention({said}) should raise a ValueError that names "
          "the argument; it raised nothing.",
          [("called", f"splash_attention({said})"), ("raised", "nothing")])
