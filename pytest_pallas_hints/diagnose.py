@@ -103,10 +103,17 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
             "kernel writes its result with o_ref[...] = value.")))
     factor = _constant_factor(y, e, tolerance)
     if factor is not None:
+        named = _name_factor(factor)
+        if _simple_factor(factor):   # a whole number, its inverse, a square root
+            asked = "A scale applied twice, or not at all?"
+        else:   # no simple scale explains it: say so, and ask what could
+            asked = ("No simple scale is that factor (a whole number, its inverse, a square "
+                     "root): was a normaliser (a sum, a max) computed over other terms than "
+                     "expected" + (", or rounded to a narrow float on the way" if narrow
+                                   is not False else "") + "?")
         findings.append(Finding("scaled", (
-            f"right up to a constant factor: yours = {_name_factor(factor)} × expected. "
-            "A scale applied twice, or not at all?"),
-            facts=[("factor", f"yours = {_name_factor(factor)} × expected")]))
+            f"right up to a constant factor: yours = {named} × expected. {asked}"),
+            facts=[("factor", f"yours = {named} × expected")]))
     rows = _row_factors(y, e, tolerance) if factor is None else None
     if rows is not None:
         low, high = float(rows.min()), float(rows.max())
@@ -333,6 +340,18 @@ def _constant_offset(y, e, tolerance) -> float | None:
     if abs(c) <= tolerance * scale * 4 or np.ptp(d) > tolerance * scale * 4:
         return None
     return c
+
+
+def _simple_factor(c: float) -> bool:
+    """Whether |c| or 1/|c| is a whole number or the square root of one (a scale a kernel
+    applies: 2, 1/8, 1/sqrt(128))."""
+    for value in (abs(c), 1 / abs(c)):
+        if value < 0.999:
+            continue
+        for v in (value, value * value):
+            if abs(v - round(v)) < 1e-3 * v:
+                return True
+    return False
 
 
 def _name_factor(c: float) -> str:

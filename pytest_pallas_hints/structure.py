@@ -593,7 +593,7 @@ def _precision(program, structure, sources):
                                          f"{Path(where[0]).name}:{where[1]}   "
                                          f"{_source_line(where).strip()}"))
             cast = eqn.primitive.name == "convert_element_type"
-            done = (f"a value is cast down to {narrow} (.astype)" if cast else
+            done = (f"a value is cast down to {narrow} with .astype" if cast else
                     f"{WORDS.get(eqn.primitive.name, eqn.primitive.name)} is computed in "
                     f"{narrow}")
             return [Finding("rounded_state", (
