@@ -188,25 +188,31 @@ def test_gating_decay_factors(C, strength, rng):
 
 
 @puzzle("linear.gating")
-@pytest.mark.parametrize("B, N, T, H, Hv, chunk, strength", [
-    pytest.param(1, 2, 64, 32, 64, 16, 0.2, id="B=1 N=2 T=64 H=32 Hv=64 chunk=16 log_decay>=-0.2"),
+@pytest.mark.parametrize("B, N, T, H, Hv, chunk, strength, dtype, offset", [
+    pytest.param(1, 2, 64, 32, 64, 16, 0.2, "float32", 0.0,
+                 id="B=1 N=2 T=64 H=32 Hv=64 chunk=16 log_decay>=-0.2"),
     # 64 steps of up to -5: b reaches about -160 inside a chunk, past float32's exp range.
-    pytest.param(1, 1, 128, 16, 32, 64, 5.0,
+    pytest.param(1, 1, 128, 16, 32, 64, 5.0, "float32", 0.0,
                  id="B=N=1 T=128 H=16 Hv=32 chunk=64 log_decay>=-5 (strong decay)"),
-    pytest.param(4, 8, 4096, 128, 128, 64, 1.0, id="B=4 N=8 T=4096 H=Hv=128 chunk=64-tpu",
-                 marks=on_tpu),
+    # As puzzle 3's: a state that holds a large part the outputs never see, kept over 8
+    # chunks by a weak decay.
+    pytest.param(1, 1, 128, 32, 128, 16, 0.02, "bfloat16", 3.0,
+                 id="B=N=1 T=128 H=32 Hv=128 chunk=16 log_decay>=-0.02 bf16 (8 chunks, "
+                    "offset keys)"),
+    pytest.param(4, 8, 4096, 128, 128, 64, 1.0, "bfloat16", 0.0,
+                 id="B=4 N=8 T=4096 H=Hv=128 chunk=64 bf16-tpu", marks=on_tpu),
 ])
-def test_gating(B, N, T, H, Hv, chunk, strength, rng):
-    q, k, v = inputs(rng, B, N, T, H, Hv)
+def test_gating(B, N, T, H, Hv, chunk, strength, dtype, offset, rng):
+    q, k, v = inputs(rng, B, N, T, H, Hv, dtype, offset=offset)
     log_decay, _ = gates(rng, B, N, T, strength=strength)
-    expected, wrong = lesson.expected_and_wrong(q, k, v, log_decay, chunk=chunk, dtype="float32")
+    expected, wrong = lesson.expected_and_wrong(q, k, v, log_decay, chunk=chunk, dtype=dtype)
     ran = measure(linear.chunked_call, q, k, v, log_decay, kernel=linear.gated_kernel,
                   chunk=chunk, structure=chunked_structure(B, N, T, H, Hv, chunk, DECAYED,
                                                            per_token=1))
     lesson.check_chunks_in_order(ran)
     lesson.check_state_reset_once(ran)
     lesson.check_state_read_in_float32(ran)
-    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=1e-4,
+    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=tolerance(dtype),
           likely=lesson.gating_likely(wrong))
     lesson.check_decay_masked(ran)
     if tpu_sized():
