@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, chapter, check, check_vmem, check_work,
+from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_vmem, check_work,
                                  lowers_for_tpu, measure, run_jax, tpu_sized)
 from pytest_pallas_hints.lessons import linear as lesson
 from pytest_pallas_hints.lessons.linear import recurrence
@@ -355,14 +355,18 @@ def public(q, k, v, beta, log_decay, *, chunk, names):
                  id="B=2 N=2 T=20 H=32 Hv=16 chunk=16 (a last partial chunk, all four)"),
     pytest.param(1, 1, 1, 16, 8, 64, "bfloat16", PUBLIC[3:],
                  id="B=N=1 T=1 H=16 Hv=8 chunk=64 bf16 (one token, gated delta rule)"),
+    pytest.param(1, 2, 100, 32, 64, 16, "bfloat16", PUBLIC[1:2],
+                 id="B=1 N=2 T=100 H=32 Hv=64 chunk=16 bf16 (7 chunks, gated linear attention)"),
     pytest.param(2, 8, 3000, 128, 128, 64, "bfloat16", PUBLIC,
                  id="B=2 N=8 T=3000 H=Hv=128 chunk=64 bf16 (all four)-tpu", marks=on_tpu),
 ])
 def test_api(B, N, T, H, Hv, chunk, dtype, names, rng):
     q, k, v = inputs(rng, B, N, T, H, Hv, dtype, normalised=True)
     log_decay, beta = gates(rng, B, N, T)
+    C = min(chunk, cdiv(T, 8) * 8)   # a chunk longer than T shrinks to T rounded up to 8
     ran = measure(public, q, k, v, beta, log_decay, chunk=chunk, names=names,
-                  structure=DECAYED.where(kernels=len(names), outside={"pad", "slice"}))
+                  structure=DECAYED.where(kernels=len(names), outside={"pad", "slice"},
+                                          grid=(B, N, cdiv(T, C))))
     gating = {"linear_attention": {}, "gated_linear_attention": dict(log_decay=log_decay),
               "delta_rule": dict(beta=beta),
               "gated_delta_rule": dict(log_decay=log_decay, beta=beta)}
