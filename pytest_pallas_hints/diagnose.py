@@ -510,6 +510,15 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
     # An error no pattern knows is its own diagnosis ("error"): said once, not twice.
     if finding.kind not in _SELF_EXPLAINED and finding.kind != "error":
         finding.facts.append(("raised", message if len(message) < 300 else message[:297] + "..."))
+    if finding.kind == "lowering_primitive":   # for a puzzle's words on one primitive
+        finding.detail = groups[0]
+    if finding.kind == "lowering":
+        mosaic = _mosaic_refusal(text, root, chapter_files)
+        if mosaic is not None:
+            finding.says, at = mosaic
+            if at is not None:
+                where, code = at
+                finding.where = where
     if finding.kind == "kernel_returns":  # point at the kernel, not at its pallas_call
         found = re.search(r"pallas_call (\w+) at (\S+\.py):(\d+)", text)
         if found:
@@ -530,6 +539,29 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
     elif where and code:
         finding.facts.append(("at", f"{where}   {code.strip()}"))
     return finding
+
+
+def _mosaic_refusal(text: str, root: Path, chapter_files) -> tuple[str, object] | None:
+    """What Mosaic (the TPU compiler) refused, in words: the operation, the line of the
+    learner's code that made it (the innermost location of Mosaic's own report in a
+    chapter file) and Mosaic's reason; and that line, (where, code). None when the report
+    has no operation to name (the raw message is then the diagnosis)."""
+    op = re.search(r'error: "([\w.]+?):?"', text)
+    reason = re.search(r"\)+:\s*([^\n]+?)\s*$", text, re.M)
+    if op is None or reason is None:
+        return None
+    where = None
+    for path, line in re.findall(r'"([^"]+\.py)":(\d+):\d+', text):
+        found, code = _learner_line([(path, int(line), "")], root, chapter_files)
+        if found:
+            where = (found, code or _source_line((path, int(line))))
+            break
+    made = f" made at {where[0]}" if where else ""
+    return (f"this runs in interpret mode but would not compile for a TPU: Mosaic, the TPU "
+            f"compiler, cannot lower the `{op[1]}`{made}: {reason[1]}. The code on that line "
+            "runs in plain JAX, but not everything it turns into lowers inside a TPU "
+            "kernel: can it be written with the ops this chapter uses (an iota mask, "
+            "jnp.where, a sum or a matmul)?"), where
 
 
 # ------------------------------------------------- Mosaic GPU race reports ---
