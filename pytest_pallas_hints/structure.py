@@ -596,6 +596,9 @@ def _precision(program, structure, sources):
             done = (f"a value is cast down to {narrow} with .astype" if cast else
                     f"{WORDS.get(eqn.primitive.name, eqn.primitive.name)} is computed in "
                     f"{narrow}")
+            if eqn.primitive.name == "dot_general":
+                done += (" (its result's dtype: on a TPU it would not even compile, its MXU "
+                         "adds up a matmul in 32 bits; preferred_element_type=jnp.float32)")
             return [Finding("rounded_state", (
                 f"{what} is {wide}, but its update is computed in {narrow} on the way: "
                 f"{done}" + (" (the line above)" if where else "") + ", so what reaches "
@@ -612,7 +615,8 @@ def _precision(program, structure, sources):
 _UNCHANGED = frozenset({"select_n", "convert_element_type", "reshape", "broadcast_in_dim",
                         "squeeze", "expand_dims", "slice", "dynamic_slice", "concatenate",
                         "transpose", "copy", "copy_p", "pvary", "rev", "pad",
-                        "dynamic_update_slice", "bitcast_convert_type"})
+                        "dynamic_update_slice", "bitcast_convert_type", "reshard",
+                        "sharding_constraint", "optimization_barrier"})
 
 
 def carried_state(call) -> list[tuple[str, object, object]]:
