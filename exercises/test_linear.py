@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, chapter, check, check_vmem, check_work,
+from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_vmem, check_work,
                                  lowers_for_tpu, measure, run_jax, tpu_sized)
 from pytest_pallas_hints.lessons import linear as lesson
 from pytest_pallas_hints.lessons.linear import recurrence
@@ -188,25 +188,31 @@ def test_gating_decay_factors(C, strength, rng):
 
 
 @puzzle("linear.gating")
-@pytest.mark.parametrize("B, N, T, H, Hv, chunk, strength", [
-    pytest.param(1, 2, 64, 32, 64, 16, 0.2, id="B=1 N=2 T=64 H=32 Hv=64 chunk=16 log_decay>=-0.2"),
+@pytest.mark.parametrize("B, N, T, H, Hv, chunk, strength, dtype, offset", [
+    pytest.param(1, 2, 64, 32, 64, 16, 0.2, "float32", 0.0,
+                 id="B=1 N=2 T=64 H=32 Hv=64 chunk=16 log_decay>=-0.2"),
     # 64 steps of up to -5: b reaches about -160 inside a chunk, past float32's exp range.
-    pytest.param(1, 1, 128, 16, 32, 64, 5.0,
+    pytest.param(1, 1, 128, 16, 32, 64, 5.0, "float32", 0.0,
                  id="B=N=1 T=128 H=16 Hv=32 chunk=64 log_decay>=-5 (strong decay)"),
-    pytest.param(4, 8, 4096, 128, 128, 64, 1.0, id="B=4 N=8 T=4096 H=Hv=128 chunk=64-tpu",
-                 marks=on_tpu),
+    # As puzzle 3's: a state that holds a large part the outputs never see, kept over 8
+    # chunks by a weak decay.
+    pytest.param(1, 1, 128, 32, 128, 16, 0.02, "bfloat16", 3.0,
+                 id="B=N=1 T=128 H=32 Hv=128 chunk=16 log_decay>=-0.02 bf16 (8 chunks, "
+                    "offset keys)"),
+    pytest.param(4, 8, 4096, 128, 128, 64, 1.0, "bfloat16", 0.0,
+                 id="B=4 N=8 T=4096 H=Hv=128 chunk=64 bf16-tpu", marks=on_tpu),
 ])
-def test_gating(B, N, T, H, Hv, chunk, strength, rng):
-    q, k, v = inputs(rng, B, N, T, H, Hv)
+def test_gating(B, N, T, H, Hv, chunk, strength, dtype, offset, rng):
+    q, k, v = inputs(rng, B, N, T, H, Hv, dtype, offset=offset)
     log_decay, _ = gates(rng, B, N, T, strength=strength)
-    expected, wrong = lesson.expected_and_wrong(q, k, v, log_decay, chunk=chunk, dtype="float32")
+    expected, wrong = lesson.expected_and_wrong(q, k, v, log_decay, chunk=chunk, dtype=dtype)
     ran = measure(linear.chunked_call, q, k, v, log_decay, kernel=linear.gated_kernel,
                   chunk=chunk, structure=chunked_structure(B, N, T, H, Hv, chunk, DECAYED,
                                                            per_token=1))
     lesson.check_chunks_in_order(ran)
     lesson.check_state_reset_once(ran)
     lesson.check_state_read_in_float32(ran)
-    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=1e-4,
+    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=tolerance(dtype),
           likely=lesson.gating_likely(wrong))
     lesson.check_decay_masked(ran)
     if tpu_sized():
@@ -349,14 +355,18 @@ def public(q, k, v, beta, log_decay, *, chunk, names):
                  id="B=2 N=2 T=20 H=32 Hv=16 chunk=16 (a last partial chunk, all four)"),
     pytest.param(1, 1, 1, 16, 8, 64, "bfloat16", PUBLIC[3:],
                  id="B=N=1 T=1 H=16 Hv=8 chunk=64 bf16 (one token, gated delta rule)"),
+    pytest.param(1, 2, 100, 32, 64, 16, "bfloat16", PUBLIC[1:2],
+                 id="B=1 N=2 T=100 H=32 Hv=64 chunk=16 bf16 (7 chunks, gated linear attention)"),
     pytest.param(2, 8, 3000, 128, 128, 64, "bfloat16", PUBLIC,
                  id="B=2 N=8 T=3000 H=Hv=128 chunk=64 bf16 (all four)-tpu", marks=on_tpu),
 ])
 def test_api(B, N, T, H, Hv, chunk, dtype, names, rng):
     q, k, v = inputs(rng, B, N, T, H, Hv, dtype, normalised=True)
     log_decay, beta = gates(rng, B, N, T)
+    C = min(chunk, cdiv(T, 8) * 8)   # a chunk longer than T shrinks to T rounded up to 8
     ran = measure(public, q, k, v, beta, log_decay, chunk=chunk, names=names,
-                  structure=DECAYED.where(kernels=len(names), outside={"pad", "slice"}))
+                  structure=DECAYED.where(kernels=len(names), outside={"pad", "slice"},
+                                          grid=(B, N, cdiv(T, C))))
     gating = {"linear_attention": {}, "gated_linear_attention": dict(log_decay=log_decay),
               "delta_rule": dict(beta=beta),
               "gated_delta_rule": dict(log_decay=log_decay, beta=beta)}

@@ -103,10 +103,17 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
             "kernel writes its result with o_ref[...] = value.")))
     factor = _constant_factor(y, e, tolerance)
     if factor is not None:
+        named = _name_factor(factor)
+        if _simple_factor(factor):   # a whole number, its inverse, a square root
+            asked = "A scale applied twice, or not at all?"
+        else:   # no simple scale explains it: say so, and ask what could
+            asked = ("No simple scale is that factor (a whole number, its inverse, a square "
+                     "root): was a normaliser (a sum, a max) computed over other terms than "
+                     "expected" + (", or rounded to a narrow float on the way" if narrow
+                                   is not False else "") + "?")
         findings.append(Finding("scaled", (
-            f"right up to a constant factor: yours = {_name_factor(factor)} × expected. "
-            "A scale applied twice, or not at all?"),
-            facts=[("factor", f"yours = {_name_factor(factor)} × expected")]))
+            f"right up to a constant factor: yours = {named} × expected. {asked}"),
+            facts=[("factor", f"yours = {named} × expected")]))
     rows = _row_factors(y, e, tolerance) if factor is None else None
     if rows is not None:
         low, high = float(rows.min()), float(rows.max())
@@ -335,6 +342,18 @@ def _constant_offset(y, e, tolerance) -> float | None:
     return c
 
 
+def _simple_factor(c: float) -> bool:
+    """Whether |c| or 1/|c| is a whole number or the square root of one (a scale a kernel
+    applies: 2, 1/8, 1/sqrt(128))."""
+    for value in (abs(c), 1 / abs(c)):
+        if value < 0.999:
+            continue
+        for v in (value, value * value):
+            if abs(v - round(v)) < 1e-3 * v:
+                return True
+    return False
+
+
 def _name_factor(c: float) -> str:
     """0.125 -> '0.125 = 1/8 = 1/sqrt(64)'; 2.0 -> '2'."""
     text = f"{c:.4g}"
@@ -491,6 +510,15 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
     # An error no pattern knows is its own diagnosis ("error"): said once, not twice.
     if finding.kind not in _SELF_EXPLAINED and finding.kind != "error":
         finding.facts.append(("raised", message if len(message) < 300 else message[:297] + "..."))
+    if finding.kind == "lowering_primitive":   # for a puzzle's words on one primitive
+        finding.detail = groups[0]
+    if finding.kind == "lowering":
+        mosaic = _mosaic_refusal(text, root, chapter_files)
+        if mosaic is not None:
+            finding.says, at = mosaic
+            if at is not None:
+                where, code = at
+                finding.where = where
     if finding.kind == "kernel_returns":  # point at the kernel, not at its pallas_call
         found = re.search(r"pallas_call (\w+) at (\S+\.py):(\d+)", text)
         if found:
@@ -511,6 +539,29 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
     elif where and code:
         finding.facts.append(("at", f"{where}   {code.strip()}"))
     return finding
+
+
+def _mosaic_refusal(text: str, root: Path, chapter_files) -> tuple[str, object] | None:
+    """What Mosaic (the TPU compiler) refused, in words: the operation, the line of the
+    learner's code that made it (the innermost location of Mosaic's own report in a
+    chapter file) and Mosaic's reason; and that line, (where, code). None when the report
+    has no operation to name (the raw message is then the diagnosis)."""
+    op = re.search(r'error: "([\w.]+?):?"', text)
+    reason = re.search(r"\)+:\s*([^\n]+?)\s*$", text, re.M)
+    if op is None or reason is None:
+        return None
+    where = None
+    for path, line in re.findall(r'"([^"]+\.py)":(\d+):\d+', text):
+        found, code = _learner_line([(path, int(line), "")], root, chapter_files)
+        if found:
+            where = (found, code or _source_line((path, int(line))))
+            break
+    made = f" made at {where[0]}" if where else ""
+    return (f"this runs in interpret mode but would not compile for a TPU: Mosaic, the TPU "
+            f"compiler, cannot lower the `{op[1]}`{made}: {reason[1]}. The code on that line "
+            "runs in plain JAX, but not everything it turns into lowers inside a TPU "
+            "kernel: can it be written with the ops this chapter uses (an iota mask, "
+            "jnp.where, a sum or a matmul)?"), where
 
 
 # ------------------------------------------------- Mosaic GPU race reports ---

@@ -26,7 +26,10 @@ first, that say how the program falls short:
   precision        state carried from step to step (an accumulator, a running
                    max or sum: a buffer read, updated by arithmetic and written
                    back, or a loop carry) kept in a float narrower than 32 bits:
-                   always checked, from the traced dtypes.
+                   always checked, from the traced dtypes;
+  rounded_state    such state kept in float32 whose update goes through values
+                   rounded to a narrower float (arithmetic in bfloat16, a cast down
+                   and back up): always checked, from what the values go through.
 
 Nothing here runs JAX: it reads a ``program.Program``.
 """
@@ -597,14 +600,35 @@ def _parallel_reduction(program, structure, sources):
     return []
 
 
-def _precision(program, structure, sources):
-    from .program import _user_line
+def _in_kernel(eqn, call) -> tuple[str, int] | None:
+    """The line of the kernel function's body that made ``eqn`` (the innermost of its
+    frames inside that function), or None where none is (an equation of a custom_vjp's
+    backward carries the forward call's frames, which would name the wrong line)."""
+    import ast
 
+    if eqn is None or not call.source or not call.line:
+        return None
+    try:
+        tree = ast.parse(Path(call.source).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    ends = [node.end_lineno for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.Lambda)) and node.lineno == call.line]
+    if not ends:
+        return None
+    source = Path(call.source).resolve()
+    for path, line in jaxcompat.frames(eqn):
+        if call.line <= line <= max(ends) and Path(path).resolve() == source:
+            return path, line
+    return None
+
+
+def _precision(program, structure, sources):
     for site in program.sites:
         for what, dtype, eqn in carried_state(site.call):
             name = np.dtype(dtype).name
             if name.startswith(("float", "bfloat")) and np.dtype(dtype).itemsize < 4:
-                where = _user_line(eqn, sources) if eqn is not None else None
+                where = _in_kernel(eqn, site.call)
                 facts = [("state", f"{what}: {np.dtype(dtype).name}")]
                 if where:
                     facts.append(("stored", f"{Path(where[0]).parent.name}/"
@@ -617,6 +641,31 @@ def _precision(program, structure, sources):
                     "update, and the error grows with the number of steps. Keep it in "
                     "float32 (a jnp.float32 scratch, preferred_element_type=jnp.float32 "
                     "for dots) and cast once, when the result is stored."), facts=facts)]
+    for site in program.sites:
+        for what, dtype, eqn in rounded_state(site.call):
+            narrow = np.dtype(_dtype(eqn.outvars[0])).name
+            wide = np.dtype(dtype).name
+            where = _in_kernel(eqn, site.call)
+            facts = [("state", f"{what}: {wide}, updated through {narrow} values")]
+            if where:
+                facts.append(("rounded", f"{Path(where[0]).parent.name}/"
+                                         f"{Path(where[0]).name}:{where[1]}   "
+                                         f"{_source_line(where).strip()}"))
+            cast = eqn.primitive.name == "convert_element_type"
+            done = (f"a value is cast down to {narrow} with .astype" if cast else
+                    f"{WORDS.get(eqn.primitive.name, eqn.primitive.name)} is computed in "
+                    f"{narrow}")
+            if eqn.primitive.name == "dot_general":
+                done += (" (its result's dtype: on a TPU it would not even compile, its MXU "
+                         "adds up a matmul in 32 bits; preferred_element_type=jnp.float32)")
+            return [Finding("rounded_state", (
+                f"{what} is {wide}, but its update is computed in {narrow} on the way: "
+                f"{done}" + (" (the line above)" if where else "") + ", so what reaches "
+                f"{what} at every step carries {narrow}'s rounding, however wide the "
+                "buffer. Do the update's arithmetic in float32: cast what you read to "
+                "float32 first (x_ref[...].astype(jnp.float32)). Narrow operands of a dot "
+                "with preferred_element_type=jnp.float32 are fine, and so is one cast, "
+                "when the result is stored."), facts=facts)]
     return []
 
 
@@ -625,14 +674,24 @@ def _precision(program, structure, sources):
 _UNCHANGED = frozenset({"select_n", "convert_element_type", "reshape", "broadcast_in_dim",
                         "squeeze", "expand_dims", "slice", "dynamic_slice", "concatenate",
                         "transpose", "copy", "copy_p", "pvary", "rev", "pad",
-                        "dynamic_update_slice", "bitcast_convert_type"})
+                        "dynamic_update_slice", "bitcast_convert_type", "reshard",
+                        "sharding_constraint", "optimization_barrier"})
 
 
 def carried_state(call) -> list[tuple[str, object, object]]:
     """What a kernel carries from step to step through arithmetic: (what, its dtype, the
     equation that writes it back) for every ref the kernel reads, updates by arithmetic
     and stores again, and every loop carry updated from itself."""
-    return [(what, dtype, eqn) for what, dtype, eqn, _ in _carried(call)]
+    return [(what, dtype, eqn) for what, dtype, eqn, _, _ in _carried(call)]
+
+
+def rounded_state(call) -> list[tuple[str, object, object]]:
+    """The states a kernel carries whose update goes through values rounded to a float
+    narrower than float32 on the way (arithmetic in bfloat16, a cast down and back up),
+    though the state itself is wider: (what, its dtype, the equation that rounds: the
+    first narrow arithmetic, else the first cast down)."""
+    return [(what, dtype, rounds[0]) for what, dtype, _, _, rounds in _carried(call)
+            if rounds and (_float_width(dtype) or 0) >= 4]
 
 
 def state_sources(call) -> list[tuple[str, object, frozenset]]:
@@ -641,10 +700,10 @@ def state_sources(call) -> list[tuple[str, object, frozenset]]:
     test can tell a running sum of products from one that multiplies in a scale at
     every step."""
     return [(what, dtype, frozenset(root[1] for root in fed if root[0] == "ref"))
-            for what, dtype, _, fed in _carried(call)]
+            for what, dtype, _, fed, _ in _carried(call)]
 
 
-def _carried(call) -> list[tuple[str, object, object, frozenset]]:
+def _carried(call) -> list[tuple[str, object, object, frozenset, list]]:
     kernel = call.kernel
     names = list(getattr(getattr(kernel, "debug_info", None), "arg_names", None) or ())
     roots = {var: ("ref", n) for n, var in enumerate(kernel.invars)}
@@ -656,9 +715,10 @@ def _carried(call) -> list[tuple[str, object, object, frozenset]]:
     once = getattr(call, "backend", "") == "mosaic_gpu" or (
         None not in call.grid and math.prod(call.grid) == 1)
     in_loops = _in_loops(kernel) if once else None
+    order = {id(e): n for n, e in enumerate(jaxcompat.equations(kernel))}
     state = []
     for root, (eqn, dtype, fed) in found.items():
-        if in_loops is not None and id(eqn) not in in_loops:
+        if root[0] == "narrow" or in_loops is not None and id(eqn) not in in_loops:
             continue
         if root[0] == "ref":
             n = root[1]
@@ -667,7 +727,11 @@ def _carried(call) -> list[tuple[str, object, object, frozenset]]:
             what = "a pl.run_scoped buffer"
         else:
             what = "a loop carry (lax.fori_loop)"
-        state.append((what, dtype, eqn, frozenset(fed)))
+        # Arithmetic first (what rounds the update), then casts down, in program order.
+        rounds = sorted((found[mark][0] for mark in fed if mark[0] == "narrow"),
+                        key=lambda e: (e.primitive.name == "convert_element_type",
+                                       order.get(id(e), len(order))))
+        state.append((what, dtype, eqn, frozenset(fed), rounds))
     return state
 
 
@@ -728,10 +792,46 @@ def _flow(jaxpr, refs: dict, taint: dict, found: dict, consts=()) -> list[dict]:
                          _bind_taint(inner.invars, ins, of), found)
         elif name not in ("dma_start", "dma_wait"):
             merged = merge((of(v) for v in ins), bump=name not in _UNCHANGED)
-            outs = [merged for _ in eqn.outvars]
+            outs = [_rounding(eqn, merged, ins, found) for _ in eqn.outvars]
         for var, value in zip(eqn.outvars, outs):
             taint[var] = value
     return [{} if jaxcompat.is_literal(v) else taint.get(v, {}) for v in jaxpr.outvars]
+
+
+def _float_width(dtype) -> int | None:
+    """Bytes of a float dtype (bfloat16: 2), None for anything else."""
+    if dtype is None:
+        return None
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:   # a semaphore's or a barrier's dtype
+        return None
+    return dtype.itemsize if "float" in dtype.name else None
+
+
+def _rounding(eqn, merged: dict, ins, found: dict) -> dict:
+    """What an equation's result depends on, with the values it rounds to a narrow float
+    marked (a root ("narrow", id(eqn)), recorded in ``found``): arithmetic whose result
+    is a float narrower than float32 (an add, an exp, a sum in bfloat16), or a cast of a
+    wider float down to one. A dot whose result is float32 takes narrow operands (the
+    MXU's bf16 inputs, preferred_element_type=jnp.float32) and rounds nothing: the marks
+    stop there, as they do at a result that is not a float (a comparison, an index)."""
+    width = _float_width(_dtype(eqn.outvars[0])) if eqn.outvars else None
+    name = eqn.primitive.name
+    if width is None or (width >= 4 and name == "dot_general"):
+        return {root: level for root, level in merged.items() if root[0] != "narrow"}
+    if width >= 4:
+        return merged
+    if name == "convert_element_type":
+        source = None if _literal(ins[0]) else _float_width(_dtype(ins[0]))
+        rounds = source is not None and source > width
+    else:
+        rounds = name not in _UNCHANGED
+    if not rounds:
+        return merged
+    mark = ("narrow", id(eqn))
+    found.setdefault(mark, (eqn, _dtype(eqn.outvars[0]), set()))
+    return {**merged, mark: 2}
 
 
 def _loop(view, eqn, refs, of, found) -> list[dict]:

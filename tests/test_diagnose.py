@@ -110,6 +110,18 @@ def test_constant_factor_is_named(x, factor, name):
     assert f"yours = {name} × expected" in findings[0].says
 
 
+@pytest.mark.parametrize("factor, narrow, scale", [
+    (2.0, True, True), (0.125, True, True), (0.97, True, False), (0.97, False, False)])
+def test_a_factor_no_scale_explains_is_not_called_a_scale(x, factor, narrow, scale):
+    """0.97 x expected is no scale applied twice: the words say so and ask what could
+    make it (rounding, only where the program holds a narrow float)."""
+    findings = compare((x * factor).astype(np.float32), x, narrow=narrow)
+    says = findings[0].says
+    assert kinds(findings)[0] == "scaled"
+    assert ("A scale applied twice" in says) == scale
+    assert ("rounded to a narrow float" in says) == (narrow and not scale)
+
+
 def test_a_constant_offset_is_named(x):
     findings = compare(x + 1, x)
     assert kinds(findings)[0] == "offset"

@@ -2,6 +2,8 @@
 compute done while a copy is in flight, VMEM is every allocation, precision is the
 dtype of what a kernel carries from step to step, an operand is found by which input
 it is."""
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -138,6 +140,61 @@ def test_precision_is_the_dtype_of_what_a_kernel_carries(acc_dtype, options, fla
     else:
         assert findings[0].kind == "precision" and flagged in findings[0].says
         assert "bfloat16" in findings[0].says
+
+
+def updated(how):
+    """A float32 accumulator over a K grid axis of bf16 blocks, its update written
+    several ways: in float32 (right), through a dot of the bf16 blocks with a float32
+    result (right), or through bfloat16 values on the way (the sum itself in bf16, the
+    block's square in bf16, the state cast down and back up, a loop carry in float32
+    whose additions are bf16)."""
+    def kernel(x_ref, o_ref, acc_ref):
+        @pl.when(pl.program_id(0) == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+        x, acc = x_ref[...], acc_ref[...]
+        if how == "float32":
+            acc_ref[...] = acc + x.astype(jnp.float32) * x.astype(jnp.float32)
+        elif how == "dot":
+            acc_ref[...] = acc + jnp.dot(x, x.T, preferred_element_type=jnp.float32)[:, :1]
+        elif how == "sum in bf16":
+            acc_ref[...] = (acc.astype(jnp.bfloat16) + x).astype(jnp.float32)
+        elif how == "square in bf16":
+            acc_ref[...] = acc + (x * x).astype(jnp.float32)
+        elif how == "cast down and up":
+            acc_ref[...] = acc.astype(jnp.bfloat16).astype(jnp.float32) + x.astype(jnp.float32)
+        elif how == "carry":
+            acc_ref[...] = jax.lax.fori_loop(
+                0, 2, lambda i, t: (t.astype(jnp.bfloat16) + x).astype(jnp.float32), acc)
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)   # one cast, when stored: fine
+
+    def call(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.bfloat16),
+                              grid=(2,), in_specs=[pl.BlockSpec((8, 128), lambda k: (0, k))],
+                              out_specs=pl.BlockSpec((8, 128), lambda k: (0, 0)),
+                              scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)])(x)
+    return call
+
+
+@pytest.mark.parametrize("how, rounded", [
+    ("float32", None), ("dot", None), ("sum in bf16", "an addition"),
+    ("square in bf16", "a multiplication"), ("cast down and up", "cast down"),
+    ("carry", "an addition")])
+def test_precision_is_what_the_update_goes_through(how, rounded):
+    """A float32 buffer whose update is computed in bfloat16 is named, with the line that
+    rounds; bf16 operands of a dot with a float32 result, and the cast of what is
+    stored, are not rounding on the way."""
+    x = jnp.ones((8, 256), jnp.bfloat16)
+    program = checking._trace(updated(how), (x,), {})
+    findings = structure.check(program, structure.Structure(),
+                               sources={pathlib.Path(__file__)})
+    if rounded is None:
+        assert not findings
+    else:
+        (finding,) = findings
+        assert finding.kind == "rounded_state" and rounded in finding.says
+        assert "float32, but its update is computed in bfloat16" in finding.says
+        assert "test_lessons.py:" in dict(finding.facts)["rounded"]
 
 
 def scaled_sum(every_step, *, carry=False):

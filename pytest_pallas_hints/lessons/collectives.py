@@ -89,10 +89,17 @@ def check_remote_bytes(ran, expected, *, what, likely=None, travels=None):
         return
     facts = [("remote", f"bytes your copies moved between chips: yours {moved:,} · the "
                         f"ring's {expected:,}")]
-    for name, amount in (likely or {}).items():
-        if moved == amount:
-            fail(name, f"your copies move the bytes of a known wrong schedule "
-                       f"({name.replace('_', ' ')}).", facts)
+    named = [name for name, amount in (likely or {}).items() if moved == amount]
+    if len(named) == 1:
+        fail(named[0], f"your copies move the bytes of a known wrong schedule "
+                       f"({named[0].replace('_', ' ')}).", facts)
+    if named:   # the bytes alone cannot tell these schedules apart: ask, do not tell
+        fail("remote_bytes_high" if moved > expected else "remote_bytes_low", (
+            f"your copies move {'more' if moved > expected else 'less'} between chips than "
+            f"{what}, exactly as much as {len(named)} known wrong schedules do, which the "
+            "bytes alone cannot tell apart: "
+            + "; or ".join(f"{name.replace('_', ' ')}?" for name in named)),
+             facts + [("schedules", ", ".join(named))])
     if travels is not None and moved and moved != expected and \
             (2 * moved in (expected, 4 * expected) or 4 * moved in (expected, 16 * expected)):
         kind = np.dtype(travels)

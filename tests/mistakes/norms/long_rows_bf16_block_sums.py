@@ -1,9 +1,10 @@
 """norms.long_rows: m and l live in float32 scratch, but each block is read as bfloat16:
 its exponentials, and its share of l (jnp.sum sums in float32, then rounds back to the
 input's dtype), are rounded to bf16 before they join the float32 sum. Each share is off
-by up to 0.4%: within the value check, but not rounded once."""
+by up to 0.4%: within the value check, and the program shows the bf16 arithmetic
+that feeds the float32 sum."""
 PUZZLE = "norms.long_rows"
-EXPECT = "Cast the block to float32 when you read it, in both passes"
+EXPECT = "l_scratch is float32, but its update is computed in bfloat16"
 
 
 def softmax_long_kernel(x_ref, o_ref, m_scratch, l_scratch, *, C):
