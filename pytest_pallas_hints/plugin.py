@@ -170,6 +170,17 @@ def pytest_unconfigure(config):
 _SESSIONS: list[bool] = []   # pytest runs configured in this process and not yet over
 
 
+@contextlib.contextmanager
+def nested_run():
+    """Around a pytest run in a process that goes on after it (the watcher's): a kernel
+    ended by the time bound does not end the process when the run is over."""
+    _SESSIONS.append(True)
+    try:
+        yield
+    finally:
+        _SESSIONS.pop()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
     session.config._pallas_exitstatus = int(exitstatus)

@@ -22,6 +22,7 @@ except ImportError:  # no NumPy yet: the plugin says so at configure time
     diagnose = None
 
 Line = tuple[str, str]
+WATCH_KEYS = "save to check · h hint · n next · p previous · a chapter · r replay · q quit"
 TITLES = {1: "the idea", 2: "a skeleton", 3: "the solution"}
 
 
@@ -34,6 +35,7 @@ class Screen:
     progress: dict | None = None       # the progress file's content, once loaded
     here: Path | None = None           # where the learner runs commands from
     highlight: Callable[[str], str] = lambda source: source
+    keys: bool = False                 # the watcher's screen: keys to press, not commands
 
     @property
     def puzzles(self) -> dict:
@@ -102,15 +104,104 @@ class Screen:
         test_file = self.root / "exercises" / f"test_{puzzle.chapter}.py"
         return f"pytest {self._relative(test_file)} -k {puzzle.name}" + (" --hint" if hint else "")
 
+    # -- the watcher (pallas watch): a screen per check, redrawn
+    def checking(self, puzzles: list, changed=(), bound: float = 0) -> list[str]:
+        """While a check runs: which puzzles, why (the functions the save changed), and
+        what a key pressed now does."""
+        names = ", ".join(p.id for p in puzzles) if len(puzzles) <= 3 else \
+            f"the {len(puzzles)} puzzles of {puzzles[0].chapter}"
+        why = f"   (you changed {', '.join(f'{name}()' for name in changed)})" if changed else ""
+        stop = f"; a kernel running past {bound:g} s is stopped" if bound else ""
+        return [f"… checking {names}{why}",
+                f"  a key pressed now acts when the check ends{stop}"]
+
+    def verdict(self, outcome, puzzles: list, current, *, levels=(), reports=(),
+                following=None) -> list[str]:
+        """After a check: each puzzle's line or block (a solved performance puzzle with
+        its cost, as pytest's summary), the hints asked for, one progress line, what to
+        press next."""
+        runs, lines, broken_shown = outcome.runs, [], set()
+        for puzzle in puzzles:
+            run = runs.get(puzzle.id)
+            if run is None:
+                lines.append(f"· {puzzle.id}  did not run (no test selected)")
+            elif run.status == "solved":
+                points = f" · +{puzzle.points} points" if puzzle.id in outcome.newly_solved \
+                    and puzzle.id not in outcome.solved_again else ""
+                lines.append(f"✓ {puzzle.id}  solved{points}")
+                lines += [f"  {line}" for line in cost_lines(puzzle.id, reports)]
+            elif run.status == "broken":
+                if puzzle.chapter not in broken_shown:
+                    broken_shown.add(puzzle.chapter)
+                    lines += self.broken(puzzle.chapter, runs)
+            elif run.failed or run.kit_errors:
+                lines += self.puzzle(run)
+                if run.first_failure.kind == "hang" and run.passed + run.failed < run.total:
+                    lines.append(f"  {'stopped':<{diagnose.LABEL_WIDTH}}the check stops at "
+                                 "the first configuration that runs out of time: the others "
+                                 "did not run")
+            else:
+                lines.append(f"· {puzzle.id}  {run.status.replace('_', ' ')}")
+        for level in levels:
+            lines += self.hint_lines(current, level)
+        lines += ["", self.progress_line(outcome, current.chapter)]
+        run = runs.get(current.id)
+        if run is not None and run.status == "solved" and following is not None:
+            lines.append(f"next: {following.id} (press n)")
+        lines.append(WATCH_KEYS)
+        return lines
+
+    def progress_line(self, outcome, chapter: str) -> str:
+        """'Pallas exercises · 3 of 44 puzzles · 30 / 720 points   basics ███░░░░░░░ 3/9'."""
+        board = scoreboard.render(self.kit, outcome.progress, outcome.runs, outcome.skipped,
+                                  self.command)
+        mine = next((line.strip() for line in board[1:]
+                     if line.strip().startswith(chapter + " ")), "")
+        return board[0] + (f"   {' '.join(mine.split()[:3])}" if mine else "")
+
+    def moved(self, puzzle, key: str) -> str:
+        """Where n or p went."""
+        chapter = self.kit[puzzle.chapter].puzzles
+        where = f"puzzle {chapter.index(puzzle) + 1} of {len(chapter)} in {puzzle.chapter}"
+        return f"{key}: {'next' if key == 'n' else 'previous'} puzzle, {puzzle.id} ({where})"
+
+    def no_further(self, current, key: str) -> str:
+        """n on the kit's last puzzle, p on its first."""
+        edge = "last" if key == "n" else "first"
+        return f"{key}: {current.id} is the {edge} puzzle of the kit; it stays the one checked"
+
+    def dropped(self, keys: str, puzzles: list) -> str:
+        """Keys pressed during a check beyond the one acted on."""
+        shown = " ".join(keys)
+        return (f"dropped: {shown} (pressed while {', '.join(p.id for p in puzzles[:3])} was "
+                "being checked; one key acts after a check): press it again")
+
+    def unknown_key(self, key: str) -> str:
+        return f"{key!r} does nothing here: {WATCH_KEYS}"
+
+    def nothing_to_replay(self) -> str:
+        return "r replays a failure's inputs: nothing has failed with drawn inputs yet"
+
+    def could_not_run(self, why: str, tail=()) -> list[str]:
+        """pytest itself could not run the check (said, and the watcher goes on)."""
+        return [f"! the check could not run: {why}", *tail,
+                "  save the file to try again, or press q to quit"]
+
     # -- the pieces
     def _replay(self, report: PuzzleReport) -> str:
-        """The command that runs this test again on the same inputs."""
+        """The command (or, watching, the key) that runs this test again on the same
+        inputs."""
+        if self.keys:
+            return f"press r   (the same inputs again, seed {report.seed})"
         test_file = self.root / report.nodeid.split("::")[0]
         return f"pytest {self._relative(test_file)} --seed {report.seed} -k {report.test}"
 
     def _more(self, puzzle) -> str:
         """The command for the next hint, or for all of them once each was seen."""
         stored = (self.progress or {}).get("puzzles", {}).get(puzzle.id, {}).get("hint", 0)
+        if self.keys:
+            return (f"press h   (hint {stored + 1} of {self.levels})" if stored < self.levels
+                    else f"press h   (hint {self.levels} of {self.levels} again)")
         if stored < self.levels:
             return f"{self.command(puzzle)}   (hint {stored + 1} of {self.levels})"
         return (f"{self.command(puzzle, hint=False)} --hint={self.levels}"
