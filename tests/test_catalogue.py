@@ -1,11 +1,14 @@
 """Every puzzle has all its parts (SPEC §2): stub, reference, tests on two or more
 shapes, a TPU test, three hints, targeted words and a known mistake."""
 import ast
+import functools
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from pytest_pallas_hints import catalogue
+from pytest_pallas_hints import catalogue, classroom
 
 ROOT = Path(__file__).resolve().parent.parent
 KIT = catalogue.load(ROOT)
@@ -324,6 +327,97 @@ def test_no_provided_helper_hands_out_a_puzzles_answer(chapter_name):
                     f"{answers[code][1]}() (reference/{answers[code][0]}.py)"
                     for name, line, code in provided_statements(chapter_name) if code in answers})
     assert not leaks, "PROVIDED helpers give away answers:\n" + "\n".join(leaks)
+
+
+
+# ------------------------------------------ hints give the idea, never the answer ---
+
+@functools.cache
+def hint_leaks(root: Path) -> tuple:
+    """Every hint of the kit at ``root`` that spells out a solution of reference/, by
+    the measure a classroom copy is checked with (classroom.hint_leaks)."""
+    return tuple(classroom.hint_leaks(ROOT / "reference", root))
+
+
+def leaks_of(puzzle_id: str, root: Path = ROOT) -> list[str]:
+    return [str(leak) for leak in hint_leaks(root) if leak.puzzle == puzzle_id]
+
+
+@pytest.mark.parametrize("puzzle_id", sorted(PUZZLES))
+def test_no_hint_spells_out_a_solution(puzzle_id):
+    """A classroom copy ships hints 1 and 2 and no reference/: hint 1 holds no
+    statement of any solution, hint 2 at most half of any one solution's substantial
+    statements (20 characters or more, whitespace and comments left out; the rest of
+    the rule is classroom.hint_leaks's docstring). A skeleton leaves the lines the
+    lesson is about blank, and says why in its comments."""
+    assert_hints_teach(puzzle_id, ROOT)
+
+
+def assert_hints_teach(puzzle_id: str, root: Path):
+    leaks = leaks_of(puzzle_id, root)
+    assert not leaks, "hints that hand out the answer:\n" + "\n".join(leaks)
+
+
+def paste(toml: str, puzzle: str, level: int, code: str) -> str:
+    """The hints file ``toml`` with ``code`` added at the end of hint ``level`` of
+    ``puzzle`` (every hint is a triple-quoted string)."""
+    at = toml.index("hints = [", toml.index(f'\nname = "{puzzle}"\n'))
+    for _ in range(level):
+        start = toml.index('"""', at)
+        at = toml.index('"""', start + 3) + 3
+    end = at - 3
+    return toml[:end] + "\n" + json.dumps(code, ensure_ascii=False)[1:-1] + toml[end:]
+
+
+def with_solution_pasted(tmp_path: Path, pastes: list) -> Path:
+    """A copy of the kit's hints in which each (puzzle, level, host) of ``pastes``
+    has the reference source of ``puzzle`` added to hint ``level`` of ``host``."""
+    copy = tmp_path / f"copy{len(list(tmp_path.iterdir()))}"
+    shutil.copytree(ROOT / "exercises" / "hints", copy / "exercises" / "hints")
+    for puzzle, level, host in pastes:
+        path = copy / "exercises" / "hints" / f"{host.chapter}.toml"
+        path.write_text(paste(path.read_text(), host.name, level,
+                              catalogue.solution_source(ROOT, puzzle)))
+    catalogue.load(copy)  # still valid hints files
+    return copy
+
+
+def test_a_solution_pasted_into_a_hints_file_is_refused(tmp_path):
+    """The test above fails on a hints file with one solution pasted into a hint, and
+    on it only; pasted into hint 1 or 2, of its own puzzle or of any other, every
+    puzzle's solution is found; a statement spread over lines with a comment between,
+    or quoted in a comment, still counts."""
+    halo = PUZZLES["quant.halo"]
+    copy = with_solution_pasted(tmp_path, [(halo, 2, halo)])
+    with pytest.raises(AssertionError, match="hint 2 of quant.halo holds 6 of the 6 "
+                                             r"statements of quant.conv_kernel\(\)"):
+        assert_hints_teach("quant.halo", copy)
+    assert {(leak.puzzle, leak.level, leak.solution) for leak in hint_leaks(copy)} == {
+        ("quant.halo", 2, "quant.conv_kernel"), ("quant.halo", 2, "quant.conv2d_rows")}
+
+    puzzles = sorted(PUZZLES.values(), key=lambda p: p.id)
+    hosts = puzzles[1:] + puzzles[:1]    # each solution in the next puzzle's hint
+    for level in (1, 2):
+        copy = with_solution_pasted(tmp_path, [(puzzle, level, host)
+                                               for puzzle, host in zip(puzzles, hosts)])
+        for puzzle, host in zip(puzzles, hosts):
+            found = {leak.solution for leak in hint_leaks(copy)
+                     if leak.puzzle == host.id and leak.level == level}
+            assert found & {f"{puzzle.chapter}.{name}" for name in puzzle.edit}, \
+                f"{puzzle.id}'s solution pasted into hint {level} of {host.id} went unseen"
+            with pytest.raises(AssertionError):
+                assert_hints_teach(host.id, copy)
+
+    statements = classroom.solution_statements(
+        "def kernel(x_ref, o_ref):\n"
+        "    o_ref[...] = jnp.maximum(x_ref[...],   # a comment\n"
+        "                             0.0).astype(o_ref.dtype)\n"
+        "    total = x_ref[...].sum(axis=0, keepdims=True)\n")["kernel"]
+    assert statements == ["o_ref[...]=jnp.maximum(x_ref[...],0.0).astype(o_ref.dtype)",
+                          "total=x_ref[...].sum(axis=0,keepdims=True)"]
+    assert classroom.statements_held(statements, (
+        "o_ref[...] = jnp.maximum(x_ref[...],  # why\n    0.0).astype(o_ref.dtype)\n"
+        "# total = x_ref[...].sum(axis=0, keepdims=True)")) == statements
 
 
 def test_a_chapter_asks_for_simulated_chips_in_its_hints_file(tmp_path):

@@ -218,3 +218,53 @@ def test_the_classroom_copy_refuses_to_ship_a_solution(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+TOY_REFERENCE = """def scale_kernel(x_ref, o_ref, *, factor):
+    scaled = x_ref[...] * (factor * 2)
+    shifted = scaled + jnp.float32(1)
+    o_ref[...] = shifted.astype(o_ref.dtype)
+"""
+
+
+def toy_hints(idea: str, skeleton: str) -> str:
+    return ('[chapter]\ntitle = "Toy"\n\n[[puzzle]]\nname = "scale"\ntitle = "Scale"\n'
+            'points = 5\nedit = ["scale_kernel"]\n'
+            f'hints = [{json.dumps(idea)}, {json.dumps(skeleton)}]\n')
+
+
+def test_the_classroom_copy_refuses_hints_that_spell_out_a_solution(tmp_path):
+    """python -m pytest_pallas_hints.classroom refuses a copy whose hint 1 holds a
+    statement of a solution, or whose hint 2 holds more than half of one's, though no
+    solution body appears whole (classroom.hint_leaks)."""
+    kit = tmp_path / "kit"
+    for name in ("exercises/hints", "reference", "pytest_pallas_hints"):
+        (kit / name).mkdir(parents=True)
+    (kit / "reference" / "toy.py").write_text(TOY_REFERENCE)
+    hints = kit / "exercises" / "hints" / "toy.toml"
+    idea = "Scale x by twice the factor, add one, store in o_ref's dtype."
+    fine = ("def scale_kernel(x_ref, o_ref, *, factor):\n"
+            "    scaled = x_ref[...] * ____      # twice the factor\n"
+            "    shifted = scaled + jnp.float32(1)\n"
+            "    o_ref[...] = ____               # in o_ref's dtype")
+    hints.write_text(toy_hints(idea, fine))
+    assert classroom.main([str(tmp_path / "fine"), "--from", str(kit)]) == 0
+
+    # two of three statements, out of order, one in a comment: no body whole, but
+    # more than half of the solution
+    leaky = ("def scale_kernel(x_ref, o_ref, *, factor):\n"
+             "    shifted = scaled + jnp.float32(1)\n"
+             "    scaled = ____\n"
+             "    ____   # o_ref[...] = shifted.astype(o_ref.dtype)")
+    hints.write_text(toy_hints(idea, leaky))
+    assert classroom.solution_leaks(kit / "reference", kit / "exercises") == []
+    with pytest.raises(SystemExit, match=r"(?s)solution code found.*hint 2 of toy.scale holds "
+                                         r"2 of the 3 statements of toy.scale_kernel\(\)"):
+        classroom.main([str(tmp_path / "out"), "--from", str(kit)])
+    assert not (tmp_path / "out").exists()
+
+    hints.write_text(toy_hints("Store shifted.astype(o_ref.dtype) into o_ref[...]: "
+                               "o_ref[...] = shifted.astype(o_ref.dtype).", fine))
+    with pytest.raises(SystemExit, match="hint 1 of toy.scale holds 1 of the 3 statements"):
+        classroom.main([str(tmp_path / "out"), "--from", str(kit)])
+    assert not (tmp_path / "out").exists()
+
+
