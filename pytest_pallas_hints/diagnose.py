@@ -1133,7 +1133,7 @@ def render(findings: list[Finding], words: dict[str, str] | None = None,
     chosen = next((words[k] for k in keys if k in words), first.says)
     lines = []
     for label, text in rows + [("diagnosis", chosen)]:
-        lines += _row(label, text)
+        lines += row(label, text)
     return lines
 
 
@@ -1142,7 +1142,9 @@ _UNWRAPPED = {"blocks", "at", "race", "waits", "started", "in flight", "waited",
               "earlier", "wgmma", "wait", "arrives"}   # file:line   code
 
 
-def _row(label: str, text: str) -> list[str]:
+def row(label: str, text: str) -> list[str]:
+    """One labelled row, as a diagnosis shows it: the label in its column, the text
+    wrapped beside it (a source line or a table kept whole)."""
     pad = " " * LABEL_WIDTH
     out = []
     for n, para in enumerate(text.split("\n")):

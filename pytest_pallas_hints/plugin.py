@@ -6,7 +6,9 @@ Read top to bottom, this module is the table of contents:
                    --hint[=N]             the next hint of each failing puzzle (N: levels 1..N)
                    --reference            run against reference/ (maintainers, CI)
                    --no-scoreboard        leave the scoreboard out
-                   --pallas-timeout=S     fail a test that runs longer (a kernel that hangs)
+                   --pallas-timeout=S     fail a test that runs longer (a kernel that hangs;
+                                          default 120 s; `pallas watch` has its own, 20 s,
+                                          and stops a check at the first test past it)
                    --cost                 every kernel's cost on a TPU, as a table
                    --show[=html]          each puzzle's grid walk (and a page per puzzle)
                    --seed=N               the session's seed (replays a failure's inputs)

@@ -111,11 +111,11 @@ class Screen:
         names = ", ".join(p.id for p in puzzles) if len(puzzles) <= 3 else \
             f"the {len(puzzles)} puzzles of {puzzles[0].chapter}"
         why = f"   (you changed {', '.join(f'{name}()' for name in changed)})" if changed else ""
-        stop = f"; a kernel running past {bound:g} s is stopped" if bound else ""
+        stop = f" · a kernel is stopped after {bound:g} s" if bound else ""
         return [f"… checking {names}{why}",
-                f"  a key pressed now acts when the check ends{stop}"]
+                f"  a key acts when the check ends (one key; q quits){stop}"]
 
-    def verdict(self, outcome, puzzles: list, current, *, levels=(), reports=(),
+    def verdict(self, outcome, puzzles: list, current, *, hint: bool = False, reports=(),
                 following=None) -> list[str]:
         """After a check: each puzzle's line or block (a solved performance puzzle with
         its cost, as pytest's summary), the hints asked for, one progress line, what to
@@ -126,10 +126,7 @@ class Screen:
             if run is None:
                 lines.append(f"· {puzzle.id}  did not run (no test selected)")
             elif run.status == "solved":
-                points = f" · +{puzzle.points} points" if puzzle.id in outcome.newly_solved \
-                    and puzzle.id not in outcome.solved_again else ""
-                lines.append(f"✓ {puzzle.id}  solved{points}")
-                lines += [f"  {line}" for line in cost_lines(puzzle.id, reports)]
+                lines += self.solved(puzzle.id, outcome, reports)
             elif run.status == "broken":
                 if puzzle.chapter not in broken_shown:
                     broken_shown.add(puzzle.chapter)
@@ -137,19 +134,35 @@ class Screen:
             elif run.failed or run.kit_errors:
                 lines += self.puzzle(run)
                 if run.first_failure.kind == "hang" and run.passed + run.failed < run.total:
-                    lines.append(f"  {'stopped':<{diagnose.LABEL_WIDTH}}the check stops at "
-                                 "the first configuration that runs out of time: the others "
-                                 "did not run")
+                    lines += ["  " + line for line in diagnose.row(
+                        "stopped", "a check stops at the first configuration that runs out "
+                                   "of time: the others did not run")]
             else:
                 lines.append(f"· {puzzle.id}  {run.status.replace('_', ' ')}")
-        for level in levels:
+        run = runs.get(current.id)
+        solved = run is not None and run.status == "solved"
+        if hint and solved:
+            lines.append(f"  no hint needed: {current.id} is solved"
+                         + (f" (n: the next puzzle, {following.id})" if following else ""))
+        for level in outcome.hint_levels.get(current.id, []) if hint else ():
             lines += self.hint_lines(current, level)
         lines += ["", self.progress_line(outcome, current.chapter)]
-        run = runs.get(current.id)
-        if run is not None and run.status == "solved" and following is not None:
+        if solved and following is not None:
             lines.append(f"next: {following.id} (press n)")
         lines.append(WATCH_KEYS)
         return lines
+
+    def solved(self, puzzle_id: str, outcome, reports=()) -> list[str]:
+        """A solved puzzle's line ("+10 points" the first time, "solved again" after it
+        failed in between) and, for a performance puzzle, its cost on a TPU."""
+        if puzzle_id in outcome.solved_again:
+            said = "solved again"
+        elif puzzle_id in outcome.newly_solved:
+            said = f"solved · +{self.puzzles[puzzle_id].points} points"
+        else:
+            said = "solved"
+        return [f"✓ {puzzle_id}  {said}"] + [f"  {line}" for line in cost_lines(puzzle_id,
+                                                                             reports)]
 
     def progress_line(self, outcome, chapter: str) -> str:
         """'Pallas exercises · 3 of 44 puzzles · 30 / 720 points   basics ███░░░░░░░ 3/9'."""
@@ -166,15 +179,24 @@ class Screen:
         return f"{key}: {'next' if key == 'n' else 'previous'} puzzle, {puzzle.id} ({where})"
 
     def no_further(self, current, key: str) -> str:
-        """n on the kit's last puzzle, p on its first."""
-        edge = "last" if key == "n" else "first"
-        return f"{key}: {current.id} is the {edge} puzzle of the kit; it stays the one checked"
+        """n on a chapter's last puzzle, p on its first."""
+        if key == "p":
+            return f"p: {current.id} is the first puzzle of {current.chapter}"
+        chapters = list(self.kit)
+        place = chapters.index(current.chapter) + 1
+        after = (f" (the next chapter, {chapters[place]}, is checked when you save "
+                 f"exercises/{chapters[place]}.py)") if place < len(chapters) else ""
+        return f"n: {current.id} is the last puzzle of {current.chapter}{after}"
 
-    def dropped(self, keys: str, puzzles: list) -> str:
+    def dropped(self, acted: str, keys: str) -> str:
         """Keys pressed during a check beyond the one acted on."""
-        shown = " ".join(keys)
-        return (f"dropped: {shown} (pressed while {', '.join(p.id for p in puzzles[:3])} was "
-                "being checked; one key acts after a check): press it again")
+        return (f"dropped {' '.join(keys)}: one key acts after a check ({acted} did); "
+                "press again what you meant")
+
+    def also_changed(self, others: list) -> str:
+        """A save that changed the code of more puzzles than the one checked."""
+        names = ", ".join(p.id for p in others[:3]) + (" ..." if len(others) > 3 else "")
+        return f"the save also changed {names}: a checks the chapter"
 
     def unknown_key(self, key: str) -> str:
         return f"{key!r} does nothing here: {WATCH_KEYS}"
@@ -257,10 +279,8 @@ def summary(screen: Screen, outcome, *, reports=(), cost_table: bool = False,
     if warning:
         lines.append((warning, "yellow"))
     for puzzle_id in outcome.newly_solved:
-        points = screen.puzzles[puzzle_id].points
-        lines.append((f"✓ {puzzle_id}  " + ("solved again" if puzzle_id in outcome.solved_again
-                                            else f"solved · +{points} points"), "green"))
-        lines += [(f"  {line}", "") for line in cost_lines(puzzle_id, reports)]
+        said = screen.solved(puzzle_id, outcome, reports)
+        lines += [(said[0], "green")] + [(line, "") for line in said[1:]]
     if screen.hint is not None and not failing:
         lines += _no_hint_needed(screen, runs)
     if failing:

@@ -5,7 +5,8 @@ fraction of that once JAX is loaded and its programs compiled. So the watcher
 keeps one process: it polls ``exercises/*.py`` and, when a chapter file is
 saved, runs pytest *in this process* on the puzzle whose code the save changed
 (its functions, and the functions they call, compared before and after the
-save; with several, the first), exactly as
+save; with several, the one being worked on if it is among them, else the
+first), exactly as
 ``pytest exercises/test_<chapter>.py -k <puzzle>`` would (same plugin, same
 checks, same progress file), then redraws, all through ``terminal.Screen``:
 
@@ -93,7 +94,7 @@ class Watcher:
             self._draw(self.screen.could_not_run(f"{type(error).__name__}: {error}"))
             return None
         finally:
-            self._keys_pressed_during(puzzles)
+            self._keys_pressed_during()
         if status == pytest.ExitCode.INTERRUPTED:   # Ctrl-C during the check
             self.done = True
             return None
@@ -110,11 +111,11 @@ class Watcher:
         if checked is None:
             return
         outcome, reports = checked
+        self.screen.progress = outcome.progress   # the hint levels seen, for "press h"
         failed = [run.first_failure for run in outcome.runs.values() if run.first_failure]
         self.seed = next((str(f.seed) for f in failed if f.seed is not None), self.seed)
-        levels = outcome.hint_levels.get(self.current.id, []) if hint else []
         self._draw(self.notes + self.screen.verdict(
-            outcome, puzzles, self.current, levels=levels, reports=reports,
+            outcome, puzzles, self.current, hint=hint, reports=reports,
             following=self._step(self.current, +1)))
         self.notes = []
 
@@ -163,8 +164,10 @@ class Watcher:
     # -- the pieces
     def _saved(self) -> tuple | None:
         """The puzzle a save changed, and the functions it changed, if a chapter file
-        was saved: the first puzzle whose code changed; else the puzzle being worked on
-        (another chapter's first unsolved one, when that chapter's file was saved)."""
+        was saved: the puzzle being worked on if its code changed, else the first puzzle
+        whose code changed; when no function changed (a comment, an import, a syntax
+        error), the puzzle being worked on (another chapter's first unsolved one, when
+        that chapter's file was saved)."""
         now = _mtimes(self.root)
         changed = [path for path, mtime in now.items() if self.seen.get(path) != mtime]
         self.seen = now
@@ -176,16 +179,21 @@ class Watcher:
             if after is not None:   # a syntax error: compare the next save with the last good one
                 self.functions[path] = after
             names = _changed(before, after)
-            puzzle = next((p for p in self.kit[chapter].puzzles
-                           if names & _code_of(p, after or {})), None)
+            touched = [p for p in self.kit[chapter].puzzles if names & _code_of(p, after or {})]
+            # The puzzle being worked on, when the save changed its code (a function it
+            # shares with an earlier puzzle, say); else the first the save changed.
+            puzzle = self.current if self.current in touched else next(iter(touched), None)
             if puzzle is None:
                 puzzle = self.current if self.current.chapter == chapter else \
                     self._first_unsolved(chapter)
             code = _code_of(puzzle, after or {})
+            others = [p for p in touched if p is not puzzle]
+            if others:
+                self.notes.append(self.screen.also_changed(others))
             return puzzle, [name for name in sorted(names) if name in code]
         return None
 
-    def _keys_pressed_during(self, puzzles: list) -> None:
+    def _keys_pressed_during(self) -> None:
         """After a check: the first key pressed during it acts next, q quits; any more
         are dropped, said."""
         pressed = [k for k in _drain(self.keys) if not k.isspace()]
@@ -194,7 +202,7 @@ class Watcher:
         elif pressed:
             self.queued = pressed[0]
             if pressed[1:]:
-                self.notes.append(self.screen.dropped("".join(pressed[1:]), puzzles))
+                self.notes.append(self.screen.dropped(pressed[0], "".join(pressed[1:])))
 
     def _read_key(self) -> str:
         """A key if one came within POLL, else "" (at the end of input, the keyboard is
@@ -215,8 +223,8 @@ class Watcher:
         return data.decode(errors="replace").strip().lower()
 
     def _step(self, puzzle, by: int):
-        """The puzzle ``by`` places on in the kit's order (n, p), or None past an end."""
-        order = list(catalogue.puzzles(self.kit).values())
+        """The puzzle ``by`` places on in its chapter (n, p), or None past an end."""
+        order = list(self.kit[puzzle.chapter].puzzles)
         place = order.index(puzzle) + by
         return order[place] if 0 <= place < len(order) else None
 
