@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import gc
 import io
 import os
 import select
@@ -108,16 +109,16 @@ class Watcher:
             changed=()) -> None:
         """Checks ``puzzles`` and draws the verdict."""
         checked = self.check(puzzles, hint=hint, seed=seed, changed=changed)
-        if checked is None:
-            return
-        outcome, reports = checked
-        self.screen.progress = outcome.progress   # the hint levels seen, for "press h"
-        failed = [run.first_failure for run in outcome.runs.values() if run.first_failure]
-        self.seed = next((str(f.seed) for f in failed if f.seed is not None), self.seed)
-        self._draw(self.notes + self.screen.verdict(
-            outcome, puzzles, self.current, hint=hint, reports=reports,
-            following=self._step(self.current, +1)))
-        self.notes = []
+        if checked is not None:
+            outcome, reports = checked
+            self.screen.progress = outcome.progress   # the hint levels seen, for "press h"
+            failed = [run.first_failure for run in outcome.runs.values() if run.first_failure]
+            self.seed = next((str(f.seed) for f in failed if f.seed is not None), self.seed)
+            self._draw(self.notes + self.screen.verdict(
+                outcome, puzzles, self.current, hint=hint, reports=reports,
+                following=self._step(self.current, +1)))
+            self.notes = []
+        _collect_garbage()
 
     # -- the keys
     def key(self, key: str) -> None:
@@ -243,6 +244,16 @@ class Watcher:
     def _print(self, text: str) -> None:
         self.out.write(text + "\n")
         self.out.flush()
+
+
+def _collect_garbage() -> None:
+    """Between checks, while the learner reads: the garbage of the last check collected,
+    and what lives on (JAX, the kit, compiled programs: hundreds of MB of objects) set
+    aside from the collector, so that a collection during a check (pytest makes one
+    at its end, to report unraisable exceptions) walks only what that check made."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 def _functions(path: Path) -> dict[str, tuple[str, frozenset]] | None:
