@@ -262,6 +262,12 @@ class _Scopes:
         self.typos: list[tuple[ast.AST, str, tuple[str, ...]]] = []   # (node, name, matches)
         self.refusals = self._read(table, frozenset(self.top_level | builtins))
 
+    def is_typo(self, name: str) -> bool:
+        """Bound by no scope of the file and no builtin of Python: reading it raises
+        NameError."""
+        return name not in self.bound and name not in self.top_level \
+            and not hasattr(builtins, name)
+
     def read(self) -> list[_Refused]:
         """Every name a scope reads that no scope of the file binds is a builtin: it
         must be one of the listed ones (a name that is no builtin is a typo)."""
@@ -394,6 +400,8 @@ class _Reader:
             parts.append(base.attr)
             base = base.value
         parts.reverse()
+        if isinstance(base, ast.Name) and self.scopes.is_typo(base.id):
+            return  # reading the name raises NameError: no attribute of it is ever read
         module = self.imports.modules.get(base.id) if isinstance(base, ast.Name) else None
         path = base.id if module else ""
         for i, attribute in enumerate(parts):

@@ -121,10 +121,14 @@ class Screen:
         its cost, as pytest's summary), the hints asked for, one progress line, what to
         press next."""
         runs, lines, broken_shown = outcome.runs, [], set()
+        stopped = any(run.first_failure is not None and run.first_failure.kind == "hang"
+                      for run in runs.values())
         for puzzle in puzzles:
             run = runs.get(puzzle.id)
             if run is None:
-                lines.append(f"· {puzzle.id}  did not run (no test selected)")
+                lines.append(f"· {puzzle.id}  " + ("not checked: the check stopped at the "
+                                                   "kernel that ran out of time" if stopped
+                                                   else "did not run (no test selected)"))
             elif run.status == "solved":
                 lines += self.solved(puzzle.id, outcome, reports)
             elif run.status == "broken":
