@@ -309,8 +309,18 @@ class PallasRun:
     # -- makereport: every failure of a puzzle test becomes findings
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item, call):
-        report = yield
         puzzle_id = _puzzle_of(item)
+        if puzzle_id and not self.raw and call.when == "call" and call.excinfo is not None:
+            # The failure's diagnosis replaces pytest's traceback (below): pytest need
+            # not format one (it reads the source of every frame, JAX's too: a second
+            # for a failure through a kernel).
+            item.repr_failure = lambda excinfo, style=None: "(the kit's diagnosis follows)"
+            try:
+                report = yield
+            finally:
+                del item.repr_failure
+        else:
+            report = yield
         if not puzzle_id or not (report.when == "call" or report.failed or report.skipped):
             return report
         uses_rng = "rng" in getattr(item, "fixturenames", ())
