@@ -199,8 +199,9 @@ class Screen:
 
     def also_changed(self, others: list) -> str:
         """A save that changed the code of more puzzles than the one checked."""
-        names = ", ".join(p.id for p in others[:3]) + (" ..." if len(others) > 3 else "")
-        return f"the save also changed {names}: a checks the chapter"
+        names = ", ".join(p.id for p in others[:2]) + (f" and {len(others) - 2} more"
+                                                        if len(others) > 2 else "")
+        return f"also changed: {names} (a: check the chapter)"
 
     def unknown_key(self, key: str) -> str:
         return f"{key!r} does nothing here: {WATCH_KEYS}"

@@ -24,20 +24,21 @@ SOLVED = (ROOT / "reference" / "basics.py").read_text()
 KEYS = "r replay · q quit"   # the last line of every verdict: what to press
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
-HANG = '''import jax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
+ADD_ONE = """def add_one(x):
+    return pl.pallas_call(
+        add_one_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+    )(x)
+"""
+assert ADD_ONE in SOLVED
+HANG = SOLVED.replace(ADD_ONE, """def add_one(x):
+    def waits(x_ref, o_ref, sem):
+        pl.semaphore_wait(sem, 1)   # nothing ever signals it: on a TPU, a hang
+        o_ref[...] = x_ref[...] + 1
 
-
-def add_one_kernel(x_ref, o_ref, sem):
-    pl.semaphore_wait(sem, 1)   # nothing ever signals it: on a TPU, a hang
-    o_ref[...] = x_ref[...] + 1
-
-
-def add_one(x):
-    return pl.pallas_call(add_one_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+    return pl.pallas_call(waits, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                           scratch_shapes=[pltpu.SemaphoreType.REGULAR])(x)
-'''
+""")
 
 
 class Session:
@@ -166,10 +167,11 @@ def test_a_learners_session_edits_a_file_and_reads_each_verdict(kit, watch):
     assert any("the kernel never finished" in line for line in shown)
     assert any(line.strip().startswith("stopped    a check stops at the first configuration")
                for line in shown)
+    assert "dropped h: one key acts after a check (n did); press again what you meant" in shown
     shown = session.wait_for(KEYS)                            # n acted, h was dropped
     assert "n: next puzzle, basics.tiled (puzzle 2 of 9 in basics)" in shown
-    assert "dropped h: one key acts after a check (n did); press again what you meant" in shown
     assert "… checking basics.tiled" in shown
+    assert "✓ basics.tiled  solved · +10 points" in shown
     assert session.quiet_for(1.5) == []                       # nothing replayed later
 
     session.key("p")
@@ -179,14 +181,15 @@ def test_a_learners_session_edits_a_file_and_reads_each_verdict(kit, watch):
 
     save(exercise, SOLVED)                                    # solved
     shown = session.wait_for(KEYS)
+    assert "… checking basics.add_one   (you changed add_one())" in shown
     assert "✓ basics.add_one  solved · +10 points" in shown
     assert "next: basics.tiled (press n)" in shown
-    assert any(line.startswith("Pallas exercises · 1 of 9 puzzles · 10 / 90 points")
+    assert any(line.startswith("Pallas exercises · 2 of 9 puzzles · 20 / 90 points")
                for line in shown)
 
     session.key("n")                                          # n then p, as the screen says
     shown = session.wait_for(KEYS)
-    assert "✓ basics.tiled  solved · +10 points" in shown
+    assert "✓ basics.tiled  solved" in shown
     session.key("p")
     shown = session.wait_for(KEYS)
     assert "p: previous puzzle, basics.add_one (puzzle 1 of 9 in basics)" in shown
@@ -272,8 +275,7 @@ def test_a_save_checks_the_puzzle_whose_code_it_changed(kit):
     save(exercise, SOLVED.replace("(n - 1 - i, 0)", "(i, 0)").replace(
         "x_ref[...] + y_ref[...]", "y_ref[...] + x_ref[...]"))
     assert seen._saved() == (puzzles["reverse"], ["reverse_blocks"])
-    assert seen.notes == ["the save also changed basics.grid_2d, basics.outer_add: "
-                          "a checks the chapter"]
+    assert seen.notes == ["also changed: basics.grid_2d, basics.outer_add (a: check the chapter)"]
 
     seen.notes, seen.current = [], puzzles["outer_add"]       # add_kernel: shared
     save(exercise, SOLVED.replace("(n - 1 - i, 0)", "(i, 0)"))
