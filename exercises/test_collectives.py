@@ -216,6 +216,7 @@ def test_all_reduce(n, block, dtype, rng):
     local = x.astype(np.float64).reshape(n, -1, *block[1:])
     total = local.sum(axis=0)
     ran = on_ring(collectives.all_reduce, mesh, x, structure=REMOTE.where(kernels=2))
+    check_copies_leave(ran)
     check(ran, np.concatenate([total] * n).astype(x.dtype), blocks=(n * block[0], None),
           axes="N·rows D", likely={
               "gathered_then_summed": lambda: (n * local).reshape(x.shape).astype(x.dtype)})

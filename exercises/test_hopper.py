@@ -28,9 +28,9 @@ import pytest
 from pytest_pallas_hints import Structure, chapter, check, check_rejects, f64, measure
 from pytest_pallas_hints.lessons.hopper import (
     attention_f64, attention_f64_heads, attention_not_rescaled, check_barriers_waited,
-    check_by_tma_only, check_copies_in_bounds, check_k_steps, check_kv_blocks_visited,
-    check_kv_heads_read, check_pipeline, check_smem_tile, check_smem_used,
-    check_wgmma_transforms, check_wgmmas)
+    check_by_tma_only, check_copies_in_bounds, check_k_steps, check_kv_blocks_fetched,
+    check_kv_blocks_visited, check_kv_heads_read, check_loads_by_tma, check_pipeline,
+    check_roles, check_smem_tile, check_smem_used, check_wgmma_transforms, check_wgmmas)
 
 hopper = chapter("hopper")
 
@@ -130,6 +130,7 @@ def test_pipeline(L, M, D, block_rows, max_concurrent_steps, dtype, rng):
                   structure=GPU.where(inside={"emit_pipeline", "add"},
                                       grid=(M // block_rows,)))
     check_copies_in_bounds(ran)
+    check_loads_by_tma(ran, "x's slabs through the pipeline's SMEM slots")
     check_pipeline(ran, slots=min(max_concurrent_steps, L), buffers=1,
                    what="x's (block_rows, D) slabs, one per step")
     slabs = x.astype(np.float64)
@@ -163,6 +164,7 @@ def test_wgmma(M, K, N, dtype, rng):
     a, b = rng.normal((M, K), dtype), rng.normal((K, N), dtype)
     ran = measure(hopper.matmul_tile, a, b, structure=GPU.where(
         inside={"wgmma_ref", "copy_gmem_to_smem", "barrier_wait", "copy_smem_to_gmem"}))
+    check_loads_by_tma(ran, "a and b copied into SMEM tiles, where the wgmma reads them")
     fa, fb = f64(a, b)
     likely = {"a_transposed": lambda: (fa.T @ fb).astype(dtype)} if M == K else {}
     check(ran, (fa @ fb).astype(dtype), likely=likely)
@@ -200,6 +202,7 @@ def test_matmul(M, K, N, tiles, max_concurrent_steps, dtype, rng):
                   structure=GPU.where(inside={"wgmma_ref", "emit_pipeline"},
                                       grid=(M // tile_m, N // tile_n)))
     check_copies_in_bounds(ran)
+    check_loads_by_tma(ran, "a's and b's tiles through the pipeline's SMEM slots")
     check_k_steps(ran, K=K, tile_k=tile_k)
     check_pipeline(ran, slots=min(max_concurrent_steps, K // tile_k), buffers=2,
                    what="a's (tile_m, tile_k) tiles and b's (tile_k, tile_n) tiles")
@@ -246,6 +249,8 @@ def test_warpgroups(S, D, block_rows, dtype, rng):
                       "add"}))
     check_copies_in_bounds(ran)
     check_smem_tile(ran, (2, block_rows, D), "the two slots of the ring")
+    check_loads_by_tma(ran, "x's tiles copied into the ring's slots by the producer")
+    check_roles(ran)
     check(ran, x + np.asarray(1, dtype), blocks=(block_rows, None), axes="S D",
           likely={"not_added": x})
     check_barriers_waited(ran)
@@ -284,6 +289,8 @@ def test_attention(B, N, K, T, S, H, causal, block_q, block_kv, dtype, rng):
         "output (p stored to an SMEM tile first)."))
     check_kv_blocks_visited(ran, T=T, S=S, block_q=block_q, block_kv=block_kv,
                             causal=causal)
+    check_loads_by_tma(ran, "q, k and v tiles copied into SMEM, where the wgmmas read them")
+    check_kv_blocks_fetched(ran, S=S, block_q=block_q, block_kv=block_kv, causal=causal)
     check_kv_heads_read(ran, q, k, v, causal)
     check_copies_in_bounds(ran)
     likely = {"unscaled": lambda: attention_f64(q * math.sqrt(H), k, v, causal).astype(dtype),

@@ -25,8 +25,8 @@ import pytest
 from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_traffic, check_work,
                                  lowers_for_tpu, measure, tpu_sized)
 from pytest_pallas_hints.lessons.quant import (
-    check_dot_in_x_dtype, check_int32_accumulator, check_int32_zeroed, check_k_padded,
-    check_rows_read, check_scales_at_the_last_step, check_stored_width,
+    check_dot_in_x_dtype, check_int32_accumulator, check_int32_zeroed, check_int8_product,
+    check_k_padded, check_rows_read, check_scales_at_the_last_step, check_stored_width,
     check_taps_in_float32, check_window_in_vmem, conv, conv_geometry, dequantized, exact,
     int4_mistakes, k_products, near, per_block_scale, raises_naming, summed_in_bf16,
     tile_flops, tiled_bytes, wrap8)
@@ -134,6 +134,7 @@ def test_int8_dot(M, K, N, bm, bk, bn, rng):
     ran = measure(quant.int8_matmul_int32, a, b, bm=bm, bk=bk, bn=bn,
                   structure=tiled(M, K, N, bm, bk, bn, {"a_q": (bm, bk), "b_q": (bk, bn)}, outside=()))
     check_int32_accumulator(ran)
+    check_int8_product(ran)
     truth = exact(a, b)
     check_int32_zeroed(ran.output, truth)
     check(ran, truth.astype(np.int32), blocks=(bm, bn), axes="i j", likely={
@@ -175,6 +176,7 @@ def test_dequant(M, K, N, bm, rng):
                   structure=tiled(M, K, N, bm, bk, bn,
                                   {"a_q": (bm, bk), "a_scale": (bm, 1), "b_q": (bk, bn), "b_scale": (1, bn)}))
     check_int32_accumulator(ran, scales=(a_scale, b_scale))
+    check_int8_product(ran)
     check_scales_at_the_last_step(ran, (a_scale, b_scale))
     check_k_padded(ran, [(a, 1, "a_q's columns"), (b, 0, "b_q's rows")])
     truth = exact(a, b).astype(np.float64)

@@ -100,6 +100,7 @@ def test_skip_empty(B, N, T, S, H, block_q, block_kv, shape, dtype, rng):
     check_work(ran, flops=B * N * lesson.dot_flops(visited, block_q, block_kv, H),
                likely={"every_block": B * N * lesson.dot_flops(categories.size, block_q,
                                                                block_kv, H)})
+    lesson.check_full_tiles_unmasked(ran, categories)
     lowers_for_tpu(ran)
 
 

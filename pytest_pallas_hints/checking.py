@@ -137,6 +137,13 @@ class Measured:
         return sum(counts.flops for counts in self.counts)
 
     @functools.cached_property
+    def used_work(self) -> int:
+        """Flops of the executed dots whose results reach an output (``walk.Uses``): not
+        multiplied by a known zero, dropped by a select, overwritten or never stored."""
+        self._countable()
+        return sum(counts.used_flops for counts in self.counts)
+
+    @functools.cached_property
     def traffic(self):
         """Bytes moved between HBM and VMEM (``traffic.Traffic``)."""
         from . import traffic
@@ -311,6 +318,7 @@ class Measured:
 
 
 _MEASURED: list = []   # the runs measured in the current test (for the cost model)
+_TRACED: list = []     # (program, args) of the last measure of the test, run or not
 
 
 _TPU_SIZED: list[bool] = [False]   # the running test is a tpu-marked configuration
@@ -321,8 +329,15 @@ def measured_in_test(forget: bool = False, tpu: bool = False) -> list:
     (``tpu``: one marked tpu, see ``tpu_sized``)."""
     if forget:
         _MEASURED.clear()
+        _TRACED.clear()
         _TPU_SIZED[0] = tpu
     return list(_MEASURED)
+
+
+def traced_in_test() -> list:
+    """(program, args) of the last program ``measure`` traced in this test, whether or
+    not it ran (a failing run's walk is drawn from it)."""
+    return list(_TRACED)
 
 
 def tpu_sized() -> bool:
@@ -336,7 +351,12 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
     """Runs ``fn(*args, **static)`` once (traced once, compiled as one program) and keeps
     what the kit measures of it. ``structure`` is what the puzzle's lesson requires
     (None: nothing, for the kit's own tests)."""
+    from . import projection
+
+    if projection.active():   # --cost at a tpu configuration's size: trace, count, stop
+        projection.intercept(fn, args, static)
     traced = _trace(fn, args, static)  # the learner's Python runs here, once
+    _TRACED[:] = [(traced, args)]      # for --show, should the run fail
     if structure is not None:
         _check_structure(traced, structure)
     _check_collective_id(traced)
@@ -723,6 +743,10 @@ _PLAIN_JAX = Structure(kernels=None, outside=frozenset())
 def run_jax(fn: Callable, *args, **static):
     """``fn(*args, **static)`` compiled as one program, for the puzzles written in plain
     JAX (no kernel needed; host callbacks are not allowed either)."""
+    from . import projection
+
+    if projection.active():
+        raise projection.Projected([])
     traced = _trace(fn, args, static)
     with kit_step("structure checks"):
         findings = structure_findings(traced, _PLAIN_JAX.where(kernels=len(traced.sites)))
@@ -883,15 +907,25 @@ def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | No
         likely.update({name: work for name, (work, nbytes) in wrong.items()
                        if work != flops and pairs.count((work, nbytes)) == 1
                        and nbytes == moved})
-    yours = measured.work
-    if yours == flops:
-        return
+    yours, used = measured.work, measured.used_work
     facts = [("work", f"dot flops executed: yours {yours:,} · needed {flops:,}"
                       + (f" ({yours / flops:.3g} ×)" if flops else ""))]
+    # The work of a known wrong answer, exactly, says more than "unused" does: the
+    # puzzle's words for it name the mistake (padding steps computed and dropped).
     for name, amount in (likely or {}).items():
-        if yours == amount:
+        if yours == amount and yours != flops:
             raise Diagnosed(name, f"your kernels do the work of a known wrong answer "
                                   f"({name.replace('_', ' ')}).", facts)
+    if used < yours:
+        raise Diagnosed("work_unused", (
+            f"{yours - used:,} of the {yours:,} dot flops your kernels execute compute "
+            "results that never reach an output (multiplied by zero, dropped by a "
+            "jnp.where, overwritten, or never stored): only work whose result is used "
+            "counts. Compute each product the result needs, and use it."),
+            [("work", f"dot flops executed: {yours:,} · reaching an output: {used:,} · "
+                      f"needed {flops:,}")])
+    if yours == flops:
+        return
     if yours > flops:
         raise Diagnosed("work_high", says or (
             "your kernels compute more than the result needs: blocks whose result is "
@@ -920,18 +954,19 @@ def check_vmem(measured: Measured, *, most: int, why: str) -> None:
 
 def check_overlap(measured: Measured, *, work: str, at_least: int, why: str) -> None:
     """Passes if the kernels ran ``work`` (a primitive: "reduce_sum", "dot_general") at
-    least ``at_least`` times while one of their DMAs was in flight: overlap is compute
-    done while data moves, not copies started together."""
-    overlapped = sum(counts.overlapped.get(work, 0) for counts in measured.counts)
+    least ``at_least`` times while a DMA whose data is used was in flight (``walk.Counts.
+    carrying``): overlap is compute done while the data a later step needs moves, not
+    copies started together, nor a copy nobody reads started around the compute."""
+    overlapped = sum(counts.carrying(work) for counts in measured.counts)
     executed = sum(counts.executed.get(work, 0) for counts in measured.counts)
     if overlapped < at_least:
         what = WORDS.get(work, work)
         raise Diagnosed("not_overlapped", (
             f"your kernel computes while no copy is in flight: {what} ran {overlapped} of "
-            f"{executed} times with a DMA under way, where the puzzle's schedule overlaps "
-            f"{at_least}. {why}"),
-            [("overlap", f"{work} during a copy: yours {overlapped} of {executed} · the "
-                         f"puzzle's schedule {at_least}")])
+            f"{executed} times with a DMA under way whose data the kernel then uses, where "
+            f"the puzzle's schedule overlaps {at_least}. {why}"),
+            [("overlap", f"{work} during a copy whose data is used: yours {overlapped} of "
+                         f"{executed} · the puzzle's schedule {at_least}")])
 
 
 def check_blocks(measured: Measured, *, name: str = "output", sites=None, **shapes) -> None:

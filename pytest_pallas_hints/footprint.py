@@ -12,6 +12,16 @@ there at once: what a lesson about moving data by hand must count is not only
   this way too).
 
 SMEM, semaphores and operands left in HBM (``pl.ANY``) take no VMEM.
+
+``vmem`` counts every buffer at its logical size, two per BlockSpec'd operand: what the
+lessons' budgets (``check_vmem``) are written in. ``on_chip`` is what the chip lays out,
+for ``--cost``: the number of buffers each BlockSpec asks for (``pl.Buffered(n)``), and
+every buffer padded to whole tiles. VMEM holds arrays in tiles of 8 sublanes by 128
+lanes of 32 bits; a narrower dtype packs 32 / bits rows into a sublane, so a tile is
+(16, 128) for bfloat16 and (32, 128) for int8 (the Pallas TPU guide,
+https://docs.jax.dev/en/latest/pallas/tpu/details.html, "Array layouts" and "Noteworthy
+properties and restrictions": the last two dims of a block are laid out in (8, 128)
+tiles). A (block, 1) statistic takes a whole column of tiles: 128 lanes for one.
 """
 from __future__ import annotations
 
@@ -58,18 +68,61 @@ def vmem(call) -> Footprint:
     return Footprint(call.name, tuple(sorted(parts, key=lambda p: -p[1])))
 
 
-def _scoped(jaxpr) -> int:
+LANES, SUBLANES = 128, 8     # a VMEM tile of 32-bit values (see the module docstring)
+
+
+def on_chip(call) -> Footprint:
+    """The VMEM ``call``'s kernel takes on a TPU: ``pl.Buffered`` honoured, every buffer
+    padded to whole (8, 128) tiles (sublanes packed for narrow dtypes)."""
+    parts = []
+    for block in call.blocks:
+        if block.space not in ("vmem", "", "default"):
+            continue
+        shape = tuple(1 if d is None else d for d in block.block_shape)
+        count = getattr(block, "buffers", BUFFERS)
+        parts.append((f"{block.name} blocks ({count} buffer{'s' if count != 1 else ''})",
+                      count * padded(shape, block.dtype)))
+    names = _scratch_names(call)
+    for n, aval in enumerate(call.scratch):
+        if _in_vmem(aval):
+            parts.append((names[n] if n < len(names) else f"scratch {n}",
+                          padded(tuple(aval.shape), aval.dtype)))
+    scoped = _scoped(call.kernel, padded)
+    if scoped:
+        parts.append(("pl.run_scoped buffers", scoped))
+    return Footprint(call.name, tuple(sorted(parts, key=lambda p: -p[1])))
+
+
+def padded(shape: tuple, dtype) -> int:
+    """Bytes of an array of ``shape`` in VMEM: its last dim padded to 128 lanes, the one
+    before to 8 sublanes times the values a 32-bit sublane packs (2 for bfloat16, 4 for
+    int8, 8 for int4); a 1-D array is one row."""
+    try:
+        bits = int(np.dtype(dtype).itemsize * 8)
+    except TypeError:
+        return 0
+    bits = 4 if "int4" in str(dtype) else bits
+    shape = tuple(int(d) for d in shape) or (1,)
+    rows, cols = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, shape[-1])
+    lead = int(np.prod(shape[:-2], dtype=np.int64)) if len(shape) > 2 else 1
+    pack = SUBLANES * max(32 // bits, 1)
+    rows, cols = -(-rows // pack) * pack, -(-cols // LANES) * LANES
+    return lead * rows * cols * bits // 8
+
+
+def _scoped(jaxpr, size=None) -> int:
     """The most VMEM that run_scoped allocations hold at one moment inside ``jaxpr``."""
     most = 0
     for eqn in jaxpr.eqns:
         view = jaxcompat.control(eqn)
         if isinstance(view, jaxcompat.Scoped):
             inner, _ = view.body
-            mine = sum(_bytes(v.aval) for v in inner.invars if _in_vmem(v.aval))
-            most = max(most, mine + _scoped(inner))
+            mine = sum((size(v.aval.shape, v.aval.dtype) if size else _bytes(v.aval))
+                       for v in inner.invars if _in_vmem(v.aval))
+            most = max(most, mine + _scoped(inner, size))
         else:
             for inner, _ in jaxcompat.parts(eqn):
-                most = max(most, _scoped(inner))
+                most = max(most, _scoped(inner, size))
     return most
 
 

@@ -78,6 +78,20 @@ class GpuWalk:
     stuck: list
     unwaited: list
     outside: list = dataclasses.field(default_factory=list)
+    fetched: dict = dataclasses.field(default_factory=dict)   # block -> {operand: TMA
+    #                      copies into SMEM from that kernel operand (its position)}
+    roles: dict = dataclasses.field(default_factory=dict)     # thread -> Role, over
+    #                      every block
+
+
+@dataclasses.dataclass
+class Role:
+    """What one Pallas thread (warpgroup) did, over every block: the copies into SMEM
+    it issued, and the operations on arrays (not scalars) it ran."""
+    copies_in: int = 0
+    array_ops: int = 0
+    first_copy: object = None    # an equation of each, for the learner's line
+    first_op: object = None
 
 
 _CACHE: dict = {}
@@ -173,6 +187,22 @@ def _may_alias(a, b) -> bool:
         x is None or y is None or x == y for x, y in zip(index_a, index_b)))
 
 
+# What computes on arrays (not a load, a store, a copy or a barrier: work on values).
+_NOT_WORK = frozenset({"get", "swap", "copy_gmem_to_smem", "copy_smem_to_gmem",
+                       "barrier_wait", "barrier_arrive", "commit_smem", "wait_smem_to_gmem",
+                       "broadcast_in_dim", "reshape", "convert_element_type", "squeeze",
+                       "iota", "pvary"})
+
+
+def _on_arrays(eqn, view) -> bool:
+    """Whether an equation is arithmetic on arrays (an add of tiles, a wgmma)."""
+    if view is not None or eqn.primitive.name in _NOT_WORK:
+        return False
+    if eqn.primitive.name == "wgmma_ref":
+        return True
+    return any(getattr(getattr(v, "aval", None), "shape", ()) for v in eqn.outvars)
+
+
 # -------------------------------------------------------------- the kernel ---
 
 class _Kernel:
@@ -187,16 +217,24 @@ class _Kernel:
         axes = list(self.call.axes)
         threads = self.call.threads if self.call.threads > 1 else 1
         thread_axis = axes.pop()[0] if threads > 1 and axes else None
-        wgmmas, stuck, unwaited = {}, [], []
+        wgmmas, stuck, unwaited, fetched = {}, [], [], {}
+        roles = {number: Role() for number in range(threads)}
         for block in itertools.product(*(range(size) for _, size in axes)):
             where = {name: index for (name, _), index in zip(axes, block)}
             found = _Block(self, where, thread_axis, threads).run()
-            wgmmas[block] = found.wgmmas
+            wgmmas[block], fetched[block] = found.wgmmas, found.fetched
+            for number, role in found.roles.items():
+                total = roles[number]
+                total.copies_in += role.copies_in
+                total.array_ops += role.array_ops
+                total.first_copy = total.first_copy or role.first_copy
+                total.first_op = total.first_op or role.first_op
             if found.stuck and not stuck:
                 stuck = found.stuck
             if found.unwaited and not unwaited:
                 unwaited = found.unwaited
-        return GpuWalk(wgmmas, self.refills, stuck, unwaited, list(self.outside.values()))
+        return GpuWalk(wgmmas, self.refills, stuck, unwaited, list(self.outside.values()),
+                       fetched, roles)
 
 
 class _Block:
@@ -208,6 +246,8 @@ class _Block:
         self.arrivals: dict = {}     # barrier key -> arrivals
         self.arrived_by: dict = {}   # barrier key -> the last barrier_arrive
         self.wgmmas = 0
+        self.fetched: dict = {}      # kernel operand -> copies into SMEM from it
+        self.roles = {number: Role() for number in range(threads)}
         self.stuck: list = []
         self.unwaited: list = []
 
@@ -276,6 +316,10 @@ class _Thread:
             ins = [self._read(env, v) for v in eqn.invars]
             outs = None
             view = jaxcompat.control(eqn)
+            if _on_arrays(eqn, view):
+                role = self.block.roles[self.number]
+                role.array_ops += 1
+                role.first_op = role.first_op or eqn
             if name in _SCALAR:
                 outs = [_scalar(eqn, ins)]
             elif name == "axis_index":
@@ -370,6 +414,12 @@ class _Thread:
         if layout.skipped(ins):
             return
         self._window(eqn, layout, "src", ins)
+        role = self.block.roles[self.number]
+        role.copies_in += 1
+        role.first_copy = role.first_copy or eqn
+        source = getattr(layout.ref("src", ins), "root", None)
+        if source and source[0] == "in":
+            self.block.fetched[source[1]] = self.block.fetched.get(source[1], 0) + 1
         dst = layout.ref("dst", ins)
         if isinstance(dst, _Ref):
             written = (dst.root, _leaves(layout, ins, "dst")[0])

@@ -481,6 +481,34 @@ def mesh_axes(eqn) -> tuple:
     return tuple(names) if isinstance(names, (tuple, list)) else (names,)
 
 
+def _buffer_count(mode) -> int:
+    """The buffers a BlockSpec's ``pipeline_mode=pl.Buffered(n)`` asks for (2 without)."""
+    count = getattr(mode, "buffer_count", None)
+    if isinstance(count, tuple):   # (in, out) counts: the larger is what VMEM holds
+        count = max(count)
+    return int(count) if isinstance(count, int) and count > 0 else 2
+
+
+def dot_shape(eqn) -> tuple:
+    """A ``dot_general``'s (batch, rows, contracted, cols) sizes, its operands' dtypes and
+    its precision ("default", "high", "highest"): what an MXU's time depends on."""
+    from .frozen import np
+
+    (contract, _), (batch, _) = eqn.params["dimension_numbers"]
+    lhs, rhs = eqn.invars[0].aval, eqn.invars[1].aval
+    out = eqn.outvars[0].aval.shape
+    count = lambda shape, dims: int(np.prod([shape[d] for d in dims], dtype=np.int64))
+    b, k = count(lhs.shape, batch), count(lhs.shape, contract)
+    free = [d for d in range(len(lhs.shape)) if d not in contract and d not in batch]
+    m = count(lhs.shape, free)
+    n = int(np.prod(out, dtype=np.int64)) // max(b * m, 1)
+    precision = eqn.params.get("precision")
+    if isinstance(precision, tuple):
+        precision = precision[0]
+    word = str(precision).lower().rsplit(".", 1)[-1] if precision is not None else "default"
+    return (b, m, k, n), (str(lhs.dtype), str(rhs.dtype)), word
+
+
 def contracting_dims(eqn) -> tuple:
     """The left operand's contracting dims of a ``dot_general`` equation."""
     (contract, _), _ = eqn.params["dimension_numbers"]
@@ -870,6 +898,7 @@ class Block:
     index_map: tuple            # (jaxpr, consts): grid indices (+ prefetch refs) -> block indices
     space: str                  # "vmem", "smem", "any" ("" when Pallas picks)
     index_map_source: tuple = ()  # (file, line) of the index map function, where known
+    buffers: int = 2            # VMEM buffers the pipeline keeps (pl.Buffered(n); 2 by default)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -891,6 +920,13 @@ class KernelCall:
     api: str = "pl.pallas_call"  # how it was written: or "pl.kernel", "plgpu.kernel"
     axes: tuple = ()            # Mosaic GPU: (name, size) per grid axis, then the threads'
     collective_id: int | None = None   # pltpu.CompilerParams(collective_id=...), if given
+    num_outputs: int = 0        # the kernel's outputs (refs after the inputs)
+
+    @property
+    def output_refs(self) -> range:
+        """The positions, among the kernel's refs, of its outputs."""
+        start = self.num_prefetch + self.num_inputs
+        return range(start, start + self.num_outputs)
 
 
 # A Mosaic GPU kernel (plgpu.kernel) is an mpmd_map equation: one program per mesh,
@@ -989,12 +1025,13 @@ def kernel_call(eqn) -> KernelCall:
             element_dims=tuple(elements), array_shape=tuple(array.shape), dtype=array.dtype,
             index_map=open_jaxpr(block.index_map_jaxpr),
             space=memory_space(block.transformed_block_aval),
-            index_map_source=_source(block.index_map_jaxpr)))
+            index_map_source=_source(block.index_map_jaxpr),
+            buffers=_buffer_count(getattr(block, "pipeline_mode", None))))
     grid = tuple(g if isinstance(g, int) else None for g in mapping.grid)
     return KernelCall(
         name=name, source=found[2] if found else "", line=int(found[3]) if found else 0,
         grid=grid, num_prefetch=mapping.num_index_operands, blocks=tuple(blocks),
-        num_inputs=mapping.num_inputs, kernel=kernel,
+        num_inputs=mapping.num_inputs, kernel=kernel, num_outputs=len(eqn.outvars),
         scratch=tuple(getattr(mapping, "scratch_avals", ()) or ()),
         dynamic_grid=tuple(i for i, g in enumerate(grid) if g is None),
         semantics=_semantics(params.get("compiler_params")),
@@ -1016,6 +1053,7 @@ def _gpu_kernel_call(eqn) -> KernelCall:
     return KernelCall(
         name=name, source=source, line=line, grid=grid,
         num_prefetch=0, blocks=(), num_inputs=len(eqn.invars), kernel=kernel, scratch=(),
+        num_outputs=len(eqn.outvars),
         dynamic_grid=(), semantics=(), backend="mosaic_gpu",
         threads=int(getattr(mesh, "num_threads", None) or 1),
         axes=(*zip(tuple(getattr(mesh, "grid_names", ()) or ()), grid),
@@ -1052,7 +1090,7 @@ def _tensorcore_kernel_call(eqn) -> KernelCall:
         name = found[1] if found and found[1] not in ("anonymous", "wrapper") else "kernel"
     return KernelCall(
         name=name, source=source, line=line, grid=(), num_prefetch=0, blocks=tuple(blocks),
-        num_inputs=len(eqn.invars), kernel=kernel,
+        num_inputs=len(eqn.invars), kernel=kernel, num_outputs=len(params["out_avals"]),
         scratch=tuple(v.aval for v in kernel.invars[operands:]), dynamic_grid=(),
         semantics=_semantics(params.get("compiler_params")), api="pl.kernel",
         collective_id=_collective_id(params.get("compiler_params")))
@@ -1736,6 +1774,22 @@ def gmem_accesses(jaxpr) -> list:
     write a GMEM ref directly, not through SMEM."""
     return [eqn for eqn in equations(jaxpr)
             if eqn.primitive.name in ("get", "swap") and memory_space(eqn.invars[0].aval) == "gmem"]
+
+
+def gpu_unlowered(jaxpr) -> list:
+    """The equations of a Mosaic GPU kernel whose primitive no Mosaic GPU lowering rule
+    knows, in any of its semantics (a ``jnp.dot``: the tensor core is ``plgpu.wgmma``):
+    on a Hopper the kernel does not compile. Empty where this JAX keeps no such table."""
+    try:
+        from jax._src.pallas.mosaic_gpu import lowering
+        from jax._src.state import discharge
+        rules = set().union(*(table for table in lowering.mosaic_lowering_rules.values()))
+        rules |= set(discharge._discharge_rules)   # a ref primitive (wgmma_ref) becomes one
+    except Exception:
+        return []
+    names = {getattr(p, "name", None) for p in rules}
+    return [eqn for eqn in equations(jaxpr) if eqn.primitive not in rules
+            and eqn.primitive.name not in names]
 
 
 def _made_by_gpu_pipeline(eqn) -> bool:

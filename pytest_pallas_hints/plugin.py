@@ -291,6 +291,9 @@ class PallasRun:
             checking.measured_in_test(forget=True,
                                       tpu=item.get_closest_marker("tpu") is not None)
         kind = _hardware_mark(item)
+        if kind == "tpu" and kind not in self.platforms and self.config.getoption("cost") \
+                and _puzzle_of(item) and hasattr(item, "callspec"):
+            item.stash[_PROJECTED] = _project(item, self.seed)
         if kind and kind not in self.platforms:
             pytest.skip(f"needs a {kind.upper()}: none detected here "
                         f"(jax.devices() shows {', '.join(sorted(self.platforms))})")
@@ -340,11 +343,16 @@ class PallasRun:
             record.kit_error = record.kind == "kit_error"
             if not self.raw:
                 report.longrepr = "\n".join(self.screen.failure(record))
-        if report.passed and report.when == "call" and (
+        if report.when == "call" and not report.skipped and (
                 self.puzzles[puzzle_id].cost or self.config.getoption("cost")):
-            record.cost = _costs()
+            whose = ("failed" if report.failed else
+                     "reference" if self.config.getoption("reference") else "yours")
+            record.cost = _costs(whose, record.config)
+        if report.skipped and _PROJECTED in item.stash:
+            record.cost, record.not_projected = item.stash[_PROJECTED]
         if self.config.getoption("show") and report.when == "call":
-            record.show = _walks()
+            record.show = _walks(record.config, call.excinfo if report.failed else None,
+                                 record.kind or "")
         report.pallas = record
         return report
 
@@ -435,25 +443,71 @@ _COUNT = pytest.StashKey[int]()
 _SEED = pytest.StashKey[int]()
 
 
-def _costs() -> list:
+_PROJECTED = pytest.StashKey[tuple]()
+
+
+def _costs(whose: str = "", config: str = "") -> list:
     """The cost of every kernel the test measured (cost.py); nothing when the kit cannot
     count them here."""
     from . import checking, cost
 
     try:
-        return [c for measured in checking.measured_in_test() for c in cost.of(measured)]
+        return [c for measured in checking.measured_in_test()
+                for c in cost.of(measured, whose, config)]
     except Exception:   # uncountable, or unverifiable on this JAX: no line, no failure
         return []
 
 
-def _walks() -> list:
-    """The grid walk of every kernel the test measured (show.py)."""
-    from . import checking, show
+def _project(item, seed: int) -> tuple[list, str]:
+    """--cost for a tpu configuration without a TPU: its kernels counted at that size
+    (projection.py), or why not."""
+    from . import projection
 
     try:
-        return [w for measured in checking.measured_in_test() for w in show.of(measured)]
+        return projection.run(item.obj, dict(item.callspec.params), _config_label(item),
+                              seed, item.nodeid)
+    except Exception as error:   # the kit's own: no projection, no failure
+        return [], f"the kit could not project it ({type(error).__name__})"
+
+
+def _walks(config: str = "", excinfo=None, kind: str = "") -> list:
+    """The grid walk of every kernel the test measured (show.py); for a failing test, the
+    walk of the program it traced, run or not, with the wrong output blocks marked."""
+    from . import checking, show
+
+    failed = kind if excinfo is not None else ""
+    try:
+        walks = [w for measured in checking.measured_in_test()
+                 for w in show.of(measured, config, failed)]
+        if not walks and excinfo is not None:
+            walks = [w for traced, args in checking.traced_in_test()
+                     for w in show.planned(traced, args, config, failed)]
     except Exception:
         return []
+    error = excinfo.value if excinfo is not None else None
+    if isinstance(error, checking.Mismatch):
+        walks = [w.with_wrong(*_wrong_boxes(error)) for w in walks]
+    return walks
+
+
+def _wrong_boxes(error) -> tuple[tuple, list]:
+    """(the output's shape, the element boxes of its wrong blocks) from a Mismatch."""
+    from . import diagnose
+    from .frozen import np
+
+    try:
+        yours, expected = np.asarray(error.yours), np.asarray(error.expected)
+        if yours.shape != expected.shape or error.blocks is None:
+            return expected.shape, []
+        bad = ~diagnose.close(yours, expected, error.tolerance)
+        sizes = [s if b is None else b for s, b in zip(expected.shape, error.blocks)]
+        boxes = set()
+        for ix in np.argwhere(bad):
+            boxes.add(tuple((int(i) // z * z, min(int(i) // z * z + z, s))
+                            for i, z, s in zip(ix, sizes, expected.shape)))
+        return expected.shape, sorted(boxes)
+    except Exception:
+        return (), []
 
 
 @contextlib.contextmanager

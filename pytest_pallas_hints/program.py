@@ -177,7 +177,12 @@ def read(closed, out_tree) -> Program:
                                       if a in position) if n is not None else frozenset()
                             for n in nodes)
     live = graph.ancestors([o for o in outputs if o is not None])
-    data = graph.depends_on_inputs()
+    # A device's index in its mesh is not a constant: a value computed from it outside
+    # the kernels differs from device to device, as data does.
+    varying = [n for n, (kind, info) in enumerate(graph.info)
+               if kind == "op" and info.get("name") == "axis_index"]
+    data = graph.depends_on([n for n, (kind, _) in enumerate(graph.info) if kind == "input"]
+                            + varying)
     floats = graph.depends_on([n for n, var in zip(inputs, closed.jaxpr.invars)
                                if not _integer_aval(var.aval)])
     ops = [Op(info["name"], info["nbytes"], info["integer"] and not floats[n], not data[n])

@@ -33,6 +33,7 @@ class PuzzleReport:
     kit_error: bool = False         # failed in the kit's own machinery
     cost: list = dataclasses.field(default_factory=list)       # cost.KernelCost per kernel
     show: list = dataclasses.field(default_factory=list)       # show.GridWalk per kernel
+    not_projected: str = ""         # a tpu configuration --cost could not project: why
 
     @property
     def kind(self) -> str | None:

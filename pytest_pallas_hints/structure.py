@@ -133,7 +133,7 @@ def check(program, structure: Structure, sources: set[Path] | None = None) -> li
     """
     for rule in (_callbacks, _some_kernel, _own_kernels, _decoys, _orphans, _backend, _api,
                  _gpu_program_id, _outside, _inside, _count, _whole_array, _blocks, _grid,
-                 _prefetch, _threads, _parallel_reduction, _wgmma_operands, _gpu_order,
+                 _prefetch, _threads, _parallel_reduction, _gpu_lowers, _wgmma_operands, _gpu_order,
                  _precision):
         findings = rule(program, structure, sources)
         if findings:
@@ -209,11 +209,17 @@ def _outside(program, structure, sources):
         detail=bad[0].name)]
 
 
+_WAITS = frozenset({"barrier_wait", "dma_wait", "wait_smem_to_gmem", "barrier_arrive",
+                    "copy_smem_to_gmem"})
+
+
 def _inside(program, structure, sources):
     done = set()
     for site in program.sites:
         done |= _primitives(site.call.kernel)
-    for name in sorted(structure.inside):
+    # What waits for another op comes after it: a kernel with neither a copy nor its
+    # wait is told about the copy.
+    for name in sorted(structure.inside, key=lambda name: (name in _WAITS, name)):
         if name not in done:
             return [Finding("missing_core", (
                 f"{_capital(WORDS.get(name, name))} is not done inside any of your kernels: "
@@ -272,6 +278,26 @@ def _gpu_program_id(program, structure, sources):
                 "plgpu.kernel, name the grid axes (grid_names=...) and ask "
                 "lax.axis_index(name). GPU interpret mode, which runs your kernel on this "
                 "machine, answers pl.program_id with 0 in every block."))]
+    return []
+
+
+def _gpu_lowers(program, structure, sources):
+    """A Mosaic GPU kernel with an operation that Mosaic GPU cannot lower (a jnp.dot: no
+    lowering rule, the tensor core is plgpu.wgmma): GPU interpret mode runs it, a Hopper
+    would not compile it."""
+    for site in program.sites:
+        if site.call.backend != "mosaic_gpu":
+            continue
+        for eqn in jaxcompat.gpu_unlowered(site.call.kernel):
+            name = eqn.primitive.name
+            what = WORDS.get(name, name)
+            return [Finding("gpu_lowering", (
+                f"{what} in your kernel has no Mosaic GPU lowering: GPU interpret mode runs "
+                "it here, but on a Hopper the kernel does not compile."
+                + (" The tensor core is reached through plgpu.wgmma(acc_ref, a, b), its "
+                   "operands in SMEM and its accumulator a plgpu.ACC."
+                   if name == "dot_general" else "")),
+                facts=[("op", _line(eqn, sources))], detail=name)]
     return []
 
 

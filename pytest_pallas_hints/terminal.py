@@ -309,11 +309,8 @@ def summary(screen: Screen, outcome, *, reports=(), cost_table: bool = False,
         lines.append(("the grid's walk", "sep-"))
         lines += [(line, "") for line in walk_lines(screen, reports, html=show == "html")]
     if cost_table:
-        rows = [(f"{report.puzzle} [{report.config or report.test}]", c)
-                for report in reports for c in report.cost]
         lines.append(("cost on a TPU", "sep-"))
-        lines += [(line, "") for line in (cost.table(rows) if rows else
-                                          ["no kernel ran with its work counted"])]
+        lines += [(line, "") for line in cost_table_lines(reports)]
     if scoreboard_shown:
         lines.append(("progress", "sep-"))
         board = scoreboard.render(screen.kit, screen.progress, runs, outcome.skipped,
@@ -349,14 +346,43 @@ def walk_lines(screen: Screen, reports, html: bool = False) -> list[str]:
     return lines or ["no kernel ran with a grid to draw"]
 
 
+def cost_table_lines(reports) -> list[str]:
+    """--cost: per puzzle, every kernel of its tests (a failing test's too), then its
+    tpu configuration projected (the learner's kernels beside the reference's), or why
+    that configuration could not be projected."""
+    by_puzzle: dict[str, list] = {}
+    for report in reports:
+        by_puzzle.setdefault(report.puzzle, []).append(report)
+    lines = []
+    for puzzle_id, runs in by_puzzle.items():
+        rows = []
+        for report in sorted(runs, key=lambda r: any(c.projected for c in r.cost)):
+            for c in report.cost:
+                where = c.config or report.config or report.test
+                tag = {"failed": "your run (its test failed)", "yours": "your run",
+                       "reference": "reference run"}.get(c.whose, "run")
+                if c.projected:
+                    tag = (f"{'yours' if c.whose == 'yours' else 'the reference'}, projected "
+                           "to this TPU size")
+                rows.append((f"{puzzle_id} [{where}] · {tag}", c))
+        lines += cost.table(rows)[:-1] if rows else []
+        lines += [f"{puzzle_id} [{report.config}] · not projected: {report.not_projected}"
+                  for report in runs if report.not_projected]
+    if not lines:
+        return ["no kernel ran with its work counted"]
+    return lines + cost.table([])[-1:]
+
+
 def cost_lines(puzzle_id: str, reports) -> list[str]:
-    """A solved performance puzzle's cost on a TPU: the line of its test that moved the
-    most bytes (the most realistic of its configurations)."""
-    measured = [report.cost for report in reports
-                if report.puzzle == puzzle_id and report.cost]
+    """A solved performance puzzle's cost on a TPU: its tpu configuration projected where
+    --cost did, else the line of its test that moved the most bytes (the most realistic
+    of its configurations)."""
+    measured = [[c for c in report.cost if c.whose != "reference"] or report.cost
+                for report in reports if report.puzzle == puzzle_id and report.cost]
     if not measured:
         return []
-    chosen = max(measured, key=lambda costs: sum(c.bytes for c in costs))
+    chosen = max(measured, key=lambda costs: (any(c.projected for c in costs),
+                                              sum(c.bytes for c in costs)))
     return cost.summary(chosen)
 
 

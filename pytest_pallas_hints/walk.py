@@ -49,6 +49,72 @@ class Uncountable(Exception):
     """Control flow that depends on data the kernel loaded."""
 
 
+NONE = frozenset()
+
+
+@dataclasses.dataclass
+class Uses:
+    """Which dots' results are used. Every dot a kernel runs is a run (its flops); every
+    value, ref and loop carry of the walk remembers the runs it was computed from and the
+    refs it was loaded from (its marks: ``marks`` per jaxpr variable, ``_Ref.marks`` per
+    ref; a ref is a negative mark), through every op but a product with a known zero or a
+    select whose known predicate drops it. A run is used when what an output ref holds at
+    the end of a grid step was computed from it, or when it was stored into a ref whose
+    loads reach an output: the state a kernel carries is used even where its last update
+    is read by no later step (the last chunk of a sequence). Shared by the devices of a
+    mesh (a remote copy carries its marks to the other device)."""
+    flops: list = dataclasses.field(default_factory=list)     # per run
+    device: list = dataclasses.field(default_factory=list)    # per run: the device it ran on
+    in_flight: list = dataclasses.field(default_factory=list)  # per run: the refs the
+    #                                                           copies in flight land in
+    reached: set = dataclasses.field(default_factory=set)     # marks that reached an output
+    stored: dict = dataclasses.field(default_factory=dict)    # ref mark -> runs stored in it
+    marks: dict = dataclasses.field(default_factory=dict)     # jaxpr variable -> marks
+    refs: int = 0                                             # ref marks handed out
+
+    def run(self, flops: int, device: int | None, in_flight: bool) -> int:
+        self.flops.append(flops)
+        self.device.append(device)
+        self.in_flight.append(in_flight)
+        return len(self.flops) - 1
+
+    def mark_of(self, ref) -> int:
+        """The (negative) mark of a ref: what is loaded from it carries it."""
+        if ref.mark is None:
+            self.refs += 1
+            ref.mark = -self.refs
+        return ref.mark
+
+    def store(self, ref, marks) -> None:
+        self.stored.setdefault(self.mark_of(ref), set()).update(m for m in marks if m >= 0)
+
+    def reach(self, refs) -> None:
+        """The end of a grid step: what these output refs hold is written back, used."""
+        for ref in refs:
+            self.reached |= ref.marks | {self.mark_of(ref)}
+
+    def live(self, ref) -> bool:
+        """Whether what lands in ``ref`` is used: it is an output, or what is loaded from
+        it reaches one."""
+        return ref.mark is not None and ref.mark in self.reached
+
+    def used(self) -> set:
+        runs = {m for m in self.reached if m >= 0}
+        for mark in self.reached:
+            if mark < 0:
+                runs |= self.stored.get(mark, set())
+        return runs
+
+    def used_flops(self, device: int | None = None) -> int:
+        return sum(self.flops[r] for r in self.used() if self.device[r] == device)
+
+    def used_runs(self, device: int | None = None, overlapped: bool = False) -> int:
+        """The runs of ``device`` whose results are used; ``overlapped``: those run while
+        a copy whose data is used was in flight."""
+        return sum(1 for r in self.used() if self.device[r] == device
+                   and (not overlapped or any(map(self.live, self.in_flight[r]))))
+
+
 @dataclasses.dataclass
 class Counts:
     flops: int = 0
@@ -67,15 +133,38 @@ class Counts:
     stores: set = dataclasses.field(default_factory=set)         # (grid point, operand)
     #                               of every store or DMA into a kernel operand; one in a
     #                               branch the walk cannot decide counts as made
+    loads: set = dataclasses.field(default_factory=set)          # (grid point, operand)
+    #                               of every load from a kernel operand, the same way
     dot_flops: dict = dataclasses.field(default_factory=dict)     # operand dtype -> flops
     step_flops: list = dataclasses.field(default_factory=list)    # dot flops per grid step
     elementwise: int = 0          # elements produced by the other work (the vector units)
+    transcendental: int = 0       # of those, elements of exp, log, tanh... (the EUP's work)
+    dots: dict = dataclasses.field(default_factory=dict)          # (dot shape, dtypes,
+    #                               precision) per jaxcompat.dot_shape -> times executed
     executed: dict = dataclasses.field(default_factory=dict)      # primitive -> times run
     overlapped: dict = dataclasses.field(default_factory=dict)    # primitive -> times run
     #                               while at least one DMA was in flight
     remote: list = dataclasses.field(default_factory=list)   # (target device, bytes,
     #                               source operand, destination operand) per copy this
     #                               device started into another device (a remote DMA)
+    during: dict = dataclasses.field(default_factory=dict)   # primitive -> per run while
+    #                               a DMA was in flight, the refs those copies land in
+    uses: Uses = dataclasses.field(default_factory=Uses)   # which dots' results were used
+    device: int | None = None     # on a mesh: this device (its runs in ``uses``)
+
+    def carrying(self, name: str) -> int:
+        """How many times ``name`` ran while a copy was in flight whose data is used (it
+        lands in a ref that is read on the way to an output, or in an output), a dot only
+        where its own result is used: compute overlapped with the copies that matter."""
+        if name == "dot_general":
+            return self.uses.used_runs(self.device, overlapped=True)
+        return sum(1 for lands in self.during.get(name, ()) if any(map(self.uses.live, lands)))
+
+    @property
+    def used_flops(self) -> int:
+        """The flops of the dots whose results reached an output (``Uses``)."""
+        return self.uses.used_flops(self.device)
+
 
 
 @dataclasses.dataclass
@@ -110,6 +199,7 @@ class _Copy:
     waited_by: object = None   # the wait that took its last bytes
     sender: int | None = None  # a remote copy landing here: the device that started it
     send: bool = False         # the sending side of a remote copy (its send semaphore)
+    lands: object = None       # the ref its data lands in (on the target, for a send side)
 
     @property
     def dst(self):
@@ -147,7 +237,7 @@ class Ledger:
                                      DmaProblem("dma_overwrite", eqn, copy.eqn))
                 break
         self.in_flight.append(_Copy((refs.sem, refs.sem_box), _window(refs), into,
-                                    refs.nbytes, eqn))
+                                    refs.nbytes, eqn, lands=refs.dst))
         self.most = max(self.most, len(self.in_flight))
 
     @staticmethod
@@ -200,6 +290,11 @@ class Ledger:
 
     def _landed(self, copy) -> None:
         """A copy whose last bytes a wait took (MeshLedger: word from its sender)."""
+
+    def landing(self, target, refs):
+        """Where a remote copy lands: the destination ref on device ``target`` (a mesh's,
+        MeshLedger); None here."""
+        return None
 
     def until_landed(self, refs, eqn):
         """Before a DMA wait: the ``turns.Wait`` of a device whose copies have not all
@@ -283,11 +378,41 @@ class _Ref:
     small integer scratch the kernel filled with known values), its aval, and which
     operand of the kernel it is (None: scratch, or a run_scoped buffer)."""
 
-    def __init__(self, value=UNKNOWN, aval=None, operand=None):
+    def __init__(self, value=UNKNOWN, aval=None, operand=None, marks=NONE, mark=None):
         self.value, self.aval, self.operand = value, aval, operand
+        self.marks = marks   # the dot runs and refs its contents were computed from (Uses)
+        self.mark = mark     # its own mark, once something loaded from it (Uses.mark_of)
 
 
 _TRACKED = 4096   # an integer scratch of at most this many elements is followed once written
+
+
+def _zeros(value) -> bool:
+    """Whether a walked value is known to be all zeros (a product with it is zero)."""
+    if isinstance(value, (_Unknown, _Ref)):
+        return False
+    try:
+        return not np.any(value)
+    except (TypeError, ValueError):
+        return False
+
+
+def _whole(index, shape) -> bool:
+    """Whether an index (``jaxcompat.ref_indices``) names every element of a ref."""
+    if index is None or shape is None:
+        return False
+    if len(index) < len(shape):
+        index = (*index, *(slice(0, n, 1) for n in shape[len(index):]))
+    return all(isinstance(i, slice) and i.start == 0 and i.stop >= n and (i.step or 1) == 1
+               for i, n in zip(index, shape))
+
+
+def _copy_marks(uses, src, dst) -> None:
+    """A DMA's destination holds, from now on, what its source was computed from too."""
+    if isinstance(src, _Ref) and isinstance(dst, _Ref):
+        marks = src.marks | {uses.mark_of(src)}
+        dst.marks = dst.marks | marks
+        uses.store(dst, marks)
 
 
 def _fresh(var, operand=None) -> _Ref:
@@ -296,6 +421,12 @@ def _fresh(var, operand=None) -> _Ref:
 
 
 # Bookkeeping, not work: what overlap does not count.
+# Work of the transcendental unit (the EUP on a TPU), not of the VPU's ALUs.
+TRANSCENDENTAL = frozenset({"exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic",
+                            "sin", "cos", "tan", "rsqrt", "sqrt", "cbrt", "erf", "erfc",
+                            "erf_inv", "pow", "atan2", "asin", "acos", "atan", "sinh",
+                            "cosh", "asinh", "acosh", "atanh", "lgamma", "digamma"})
+
 _NOT_WORK = frozenset({"get", "swap", "addupdate", "dma_start", "dma_wait", "program_id",
                        "num_programs", "cond", "while", "scan", "run_scoped", "pjit",
                        "closed_call", "jit", "semaphore_signal", "semaphore_wait",
@@ -354,35 +485,90 @@ class Walk:
     """Walks jaxprs with known and unknown values, counting what a kernel does."""
 
     def __init__(self, grid=(), point=(), counts: Counts | None = None,
-                 ledger: Ledger | None = None, place: dict | None = None):
+                 ledger: Ledger | None = None, place: dict | None = None,
+                 uses: Uses | None = None):
         self.grid, self.point = grid, point
         self.counts = counts if counts is not None else Counts()
         self.ledger = ledger if ledger is not None else Ledger()
         self.place = place or {}   # on a mesh: axis name -> (this device's index, size)
+        self.uses = uses if uses is not None else self.counts.uses
 
-    def run(self, jaxpr, consts, args) -> list:
+    def run(self, jaxpr, consts, args, marks=()) -> list:
         """``jaxpr``'s outputs, walked where nothing waits for another device."""
-        return finished(self.taking_turns(jaxpr, consts, args))
+        return finished(self.taking_turns(jaxpr, consts, args, marks))
 
-    def taking_turns(self, jaxpr, consts, args):
+    def taking_turns(self, jaxpr, consts, args, marks=(), const_marks=()):
         """Walks ``jaxpr`` (a generator: on a mesh, it yields a ``Wait`` where the device
-        waits for another, see ``turns``) and returns its outputs."""
+        waits for another, see ``turns``) and returns its outputs. ``marks``,
+        ``const_marks``: the dot runs each input and constant was computed from (Uses);
+        its outputs' are ``self.marks_of(jaxpr.outvars)`` after."""
         env = {}
+        known = self.uses.marks
 
         def read(v):
             return v.val if jaxcompat.is_literal(v) else env.get(v, UNKNOWN)
 
-        for var, value in zip(jaxpr.constvars, consts):
+        for n, (var, value) in enumerate(zip(jaxpr.constvars, consts)):
             env[var] = value
-        for var, value in zip(jaxpr.invars, args):
+            known[var] = const_marks[n] if n < len(const_marks) else NONE
+        for n, (var, value) in enumerate(zip(jaxpr.invars, args)):
             env[var] = value
+            known[var] = marks[n] if n < len(marks) else NONE
         for eqn in jaxpr.eqns:
-            outs = self.equation(eqn, [read(v) for v in eqn.invars])
+            values = [read(v) for v in eqn.invars]
+            outs = self.equation(eqn, values)
             if isinstance(outs, types.GeneratorType):   # control flow, or a wait
                 outs = yield from outs
+            else:
+                self._mark(eqn, values)
             for var, value in zip(eqn.outvars, outs):
                 env[var] = value
         return [read(v) for v in jaxpr.outvars]
+
+    def _landing(self) -> tuple:
+        """The refs the copies in flight land in (on this device or another)."""
+        return tuple(copy.lands for copy in self.ledger.in_flight if copy.lands is not None)
+
+    # -- which dots' results each value was computed from (Uses)
+    def marks_of(self, variables) -> list:
+        known = self.uses.marks
+        return [NONE if jaxcompat.is_literal(v) else known.get(v, NONE) for v in variables]
+
+    def _set_marks(self, variables, marks) -> None:
+        for var, found in zip(variables, marks):
+            self.uses.marks[var] = found
+
+    def _mark(self, eqn, values) -> None:
+        """The marks of a plain equation's outputs: the runs its inputs were computed from
+        (a ref's contents, for a load), none through a product with a known zero, only the
+        picked cases' through a select whose predicate is known; a store marks its ref."""
+        name = eqn.primitive.name
+        ins = self.marks_of(eqn.invars)
+        if name in ("get", "swap", "addupdate") and isinstance(values[0], _Ref):
+            ref = values[0]
+            old = ref.marks.union(*ins[2 if name != "get" else 1:]) | {self.uses.mark_of(ref)}
+            if name != "get":
+                self.uses.store(ref, ins[1])
+            if name == "addupdate":
+                ref.marks = ref.marks | ins[1]
+            elif name == "swap":
+                whole = _whole(jaxcompat.ref_indices(eqn, values, UNKNOWN),
+                               getattr(ref.aval, "shape", None))
+                ref.marks = ins[1] if whole else ref.marks | ins[1]
+            self._set_marks(eqn.outvars, [old] * len(eqn.outvars))
+            return
+        out = NONE.union(*ins)
+        if name == "dot_general":
+            out = out | {self._dot_run}
+        if name in ("dot_general", "mul") and any(_zeros(v) for v in values):
+            out = NONE   # times a known zero: nothing of it is left
+        elif name in ("sub", "xor") and len(eqn.invars) == 2 \
+                and eqn.invars[0] is eqn.invars[1] and not jaxcompat.is_literal(eqn.invars[0]):
+            out = NONE   # x - x: zero, whatever x was
+        elif name == "select_n" and not isinstance(values[0], (_Unknown, _Ref)):
+            picked = {int(k) for k in np.unique(np.asarray(values[0], np.int64))}
+            out = NONE.union(*(ins[1 + k] for k in picked if 0 <= k < len(ins) - 1))
+        self._set_marks(eqn.outvars, [out] * len(eqn.outvars))
 
     def equation(self, eqn, values):
         """The outputs of ``eqn``: a list, or, for control flow and waits, a generator
@@ -395,8 +581,11 @@ class Walk:
             executed[name] = executed.get(name, 0) + 1
             if self.ledger.in_flight:
                 overlapped[name] = overlapped.get(name, 0) + 1
+                self.counts.during.setdefault(name, []).append(self._landing())
             if name != "dot_general" and eqn.outvars:
                 self.counts.elementwise += _elements(eqn.outvars[0])
+                if name in TRANSCENDENTAL:
+                    self.counts.transcendental += _elements(eqn.outvars[0])
         if name == "program_id":
             return [np.int32(self.point[jaxcompat.grid_axis(eqn)])]
         if name == "num_programs":
@@ -416,15 +605,20 @@ class Walk:
             flops, dtype = _dot_flops(eqn), str(eqn.invars[0].aval.dtype)
             self.counts.flops += flops
             self.counts.dot_flops[dtype] = self.counts.dot_flops.get(dtype, 0) + flops
+            self._dot_run = self.uses.run(flops, self.counts.device, self._landing())
+            key = jaxcompat.dot_shape(eqn)
+            self.counts.dots[key] = self.counts.dots.get(key, 0) + 1
             return unknown
         if name == "dma_start":
             copy = jaxcompat.dma_copy(eqn)
             refs = jaxcompat.dma_refs(eqn, values, UNKNOWN)
             if refs.remote:   # chip to chip: not HBM <-> VMEM traffic, counted apart
                 target = self.ledger.start(refs, eqn, into=copy[1])
+                _copy_marks(self.uses, refs.src, self.ledger.landing(target, refs))
                 self.counts.remote.append((target, copy[2], getattr(refs.src, "operand", None),
                                            getattr(refs.dst, "operand", None)))
                 return unknown
+            _copy_marks(self.uses, refs.src, refs.dst)
             self.counts.dmas.append(copy)
             self.counts.dma_operands.append((getattr(refs.src, "operand", None),
                                              getattr(refs.dst, "operand", None), copy[2]))
@@ -443,7 +637,7 @@ class Walk:
         if isinstance(view, jaxcompat.Scoped):
             return self._scoped(view, eqn, values)
         if isinstance(view, jaxcompat.Inline):
-            return self.taking_turns(*view.body, values)
+            return self._inline(view, eqn, values)
         if not any(v is UNKNOWN or isinstance(v, _Ref) for v in values):
             try:
                 with np.errstate(all="ignore"):  # a 0 / 0 of known values is still a value
@@ -470,9 +664,17 @@ class Walk:
     def _scoped(self, view, eqn, values):
         jaxpr, _ = view.body
         scope = [_fresh(var) for var in jaxpr.invars]
-        yield from self.taking_turns(jaxpr, values, scope)
+        yield from self.taking_turns(jaxpr, values, scope,
+                                     const_marks=self.marks_of(eqn.invars))
         self.ledger.close(scope)
+        self._set_marks(eqn.outvars, self.marks_of(jaxpr.outvars))
         return [UNKNOWN] * len(eqn.outvars)
+
+    def _inline(self, view, eqn, values):
+        jaxpr, consts = view.body
+        outs = yield from self.taking_turns(jaxpr, consts, values, self.marks_of(eqn.invars))
+        self._set_marks(eqn.outvars, self.marks_of(jaxpr.outvars))
+        return outs
 
     def axis_index(self, names: tuple):
         """This device's index along mesh axes ``names`` (row-major over several)."""
@@ -497,6 +699,8 @@ class Walk:
         known = ref.value is not UNKNOWN and index is not None
         old = np.asarray(ref.value)[index] if known else UNKNOWN
         if name == "get":
+            if ref.operand is not None:
+                self.counts.loads.add((self.point, ref.operand))
             return [old]
         if ref.operand is not None:
             self.counts.stores.add((self.point, ref.operand))
@@ -515,65 +719,98 @@ def _cond(outer: Walk, view: jaxcompat.Branches, eqn, values):
     """A cond (pl.when): the branch its known condition picks; on an unknown one,
     every branch, which must then agree on the work and the copies."""
     which, operands = view.split(values)
+    marks = outer.marks_of(eqn.invars[1:])
     if which is not UNKNOWN:
         jaxpr, consts = view.picked(which)
-        return (yield from outer.taking_turns(jaxpr, consts, operands))
+        outs = yield from outer.taking_turns(jaxpr, consts, operands, marks)
+        outer._set_marks(eqn.outvars, outer.marks_of(jaxpr.outvars))
+        return outs
     if any(_moves_data(jaxpr) for jaxpr, _ in view.programs):
         raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
                           "kernel loaded, with a DMA start or wait inside")
-    counted, written, ran, busiest, dots = [], [], {}, 0, {}
-    for jaxpr, consts in view.programs:
-        walk = Walk(outer.grid, outer.point, place=outer.place)
-        copies = [_Ref(v.value, v.aval, v.operand) if isinstance(v, _Ref) else v
-                  for v in operands]
-        walk.run(jaxpr, consts, copies)
+    counted, written, ran, busiest, dots, shapes, eup = [], [], {}, 0, {}, {}, 0
+    out_marks = [NONE] * len(eqn.outvars)
+    for number, (jaxpr, consts) in enumerate(view.programs):
+        walk = Walk(outer.grid, outer.point, Counts(device=outer.counts.device),
+                    place=outer.place, uses=outer.uses)
+        copies = [_Ref(v.value, v.aval, v.operand, v.marks, outer.uses.mark_of(v))
+                  if isinstance(v, _Ref) else v for v in operands]
+        first_run = len(outer.uses.flops)
+        walk.run(jaxpr, consts, copies, marks)
+        if number:   # another branch's dots stand in place of the first's: counted once
+            for run in range(first_run, len(outer.uses.flops)):
+                outer.uses.flops[run] = 0
+        out_marks = [a | b for a, b in zip(out_marks, walk.marks_of(jaxpr.outvars))]
         outer.counts.stores |= walk.counts.stores   # a store that may run: made
+        outer.counts.loads |= walk.counts.loads
         counted.append((walk.counts.flops, sorted(walk.counts.dmas)))
         written.append(copies)
-        busiest = max(busiest, walk.counts.elementwise)
+        if walk.counts.elementwise >= busiest:
+            busiest, eup = walk.counts.elementwise, walk.counts.transcendental
         dots = walk.counts.dot_flops or dots
+        shapes = walk.counts.dots or shapes
         for name, times in walk.counts.executed.items():   # the busier branch
             ran[name] = max(ran.get(name, 0), times)
     for name, times in ran.items():
         outer.counts.executed[name] = outer.counts.executed.get(name, 0) + times
         if outer.ledger.in_flight:
             outer.counts.overlapped[name] = outer.counts.overlapped.get(name, 0) + times
+            outer.counts.during.setdefault(name, []).extend([outer._landing()] * times)
     if any(c != counted[0] for c in counted):
         raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
                           "kernel loaded, with dots or DMAs inside")
     outer.counts.flops += counted[0][0]
     outer.counts.elementwise += busiest
+    outer.counts.transcendental += eup
     for dtype, flops in dots.items():
         outer.counts.dot_flops[dtype] = outer.counts.dot_flops.get(dtype, 0) + flops
+    for key, times in shapes.items():
+        outer.counts.dots[key] = outer.counts.dots.get(key, 0) + times
     outer.counts.dmas += counted[0][1]
     for n, ref in enumerate(operands):   # a ref is known after the branch only if
         if isinstance(ref, _Ref):        # every branch leaves it the same
             after = [copies[n].value for copies in written]
             same = all(_same(a, after[0]) for a in after)
             ref.value = after[0] if same else UNKNOWN
+            ref.marks = NONE.union(*(copies[n].marks for copies in written))
+    outer._set_marks(eqn.outvars, out_marks)
     return [UNKNOWN] * len(eqn.outvars)
+
 
 def _loop(outer: Walk, view: jaxcompat.Loop, eqn, values):
     """A scan (fori_loop with static bounds): every iteration, in order. A while loop
-    (fori_loop with a traced bound): run while its condition is known."""
+    (fori_loop with a traced bound): run while its condition is known. The marks of the
+    carry go round with it (Uses)."""
     cond_consts, consts, carry, xs = view.split(values)
+    cond_marks, const_marks, carry_marks, xs_marks = view.split(outer.marks_of(eqn.invars))
     body, body_consts = view.body
     if view.kind == "scan":
+        ys = [NONE] * (len(eqn.outvars) - view.num_carry)
         for i in view.iterations():
             x = [UNKNOWN if v is UNKNOWN else np.asarray(v)[i] for v in xs]
-            carry = (yield from outer.taking_turns(body, body_consts,
-                                                   [*consts, *carry, *x]))[:view.num_carry]
+            carry = (yield from outer.taking_turns(body, body_consts, [*consts, *carry, *x],
+                                                   [*const_marks, *carry_marks, *xs_marks])
+                     )[:view.num_carry]
+            done = outer.marks_of(body.outvars)
+            carry_marks = done[:view.num_carry]
+            ys = [a | b for a, b in zip(ys, done[view.num_carry:])]
+        outer._set_marks(eqn.outvars, [*carry_marks, *ys])
         return list(carry) + [UNKNOWN] * (len(eqn.outvars) - view.num_carry)
     cond, cond_c = view.cond
     for _ in range(1 << 20):
-        go = (yield from outer.taking_turns(cond, cond_c, [*cond_consts, *carry]))[0]
+        go = (yield from outer.taking_turns(cond, cond_c, [*cond_consts, *carry],
+                                            [*cond_marks, *carry_marks]))[0]
         if go is UNKNOWN:
             if not _counts_anything(body):
+                outer._set_marks(eqn.outvars, carry_marks)
                 return [UNKNOWN] * len(eqn.outvars)
             raise Uncountable("a loop whose bound depends on data the kernel loaded")
         if not bool(go):
+            outer._set_marks(eqn.outvars, carry_marks)
             return carry
-        carry = yield from outer.taking_turns(body, body_consts, [*consts, *carry])
+        carry = yield from outer.taking_turns(body, body_consts, [*consts, *carry],
+                                              [*const_marks, *carry_marks])
+        carry_marks = outer.marks_of(body.outvars)
     raise Uncountable("a loop that ran more than a million times")
 
 
@@ -684,15 +921,125 @@ def kernel_counts(call, prefetch: list) -> Counts:
             for n, (v, var) in enumerate(zip(prefetch, jaxpr.invars))]
     args += [_fresh(var, n if n < len(prefetch) + len(call.blocks) else None)
              for n, var in enumerate(jaxpr.invars[len(prefetch):], len(prefetch))]
+    outputs = [args[n] for n in call.output_refs if n < len(args)]
     for point in grid_steps(call.grid):
         before = counts.flops
         walk = Walk(call.grid, tuple(int(p) for p in point), counts, ledger)
         walk.run(jaxpr, [], args)
         counts.step_flops.append(counts.flops - before)
+        counts.uses.reach(outputs)   # written back at the end of the step
     ledger.close()
     counts.most_in_flight, counts.dma_problems = ledger.most, ledger.problems
     counts.dmas_followed = ledger.followed
     return counts
+
+
+# ------------------------------------------------------- a projection ---
+
+PROJECT_MOST = 1 << 16   # grid steps walked to project a kernel at a TPU's size
+
+
+def projected_counts(call, prefetch: list) -> tuple[Counts, int]:
+    """What ``call``'s kernel does over its whole grid, at sizes too large to walk every
+    step: the steps of the grid axes its control flow depends on (``decisive_axes``) are
+    walked, with the other axes at 0, and the counts multiplied by the steps left out.
+    Returns (the counts, the grid's steps). The DMA ledger is not judged here."""
+    grid = tuple(call.grid)
+    decisive = decisive_axes(call)
+    walked = tuple(g if a in decisive else 1 for a, g in enumerate(grid))
+    times = int(np.prod([g for a, g in enumerate(grid) if a not in decisive] or [1]))
+    steps = grid_steps(walked)
+    if len(steps) > PROJECT_MOST:
+        raise Uncountable(f"{len(steps)} grid steps whose work differs, too many to walk")
+    counts, ledger = Counts(), Ledger()
+    jaxpr = call.kernel
+    args = [_Ref(np.array(v), getattr(var, "aval", None), operand=n)
+            for n, (v, var) in enumerate(zip(prefetch, jaxpr.invars))]
+    args += [_fresh(var, None) for var in jaxpr.invars[len(prefetch):]]
+    for point in steps:
+        Walk(grid, tuple(int(p) for p in point), counts, ledger).run(jaxpr, [], args)
+    if times > 1:
+        counts.flops *= times
+        counts.elementwise *= times
+        counts.transcendental *= times
+        counts.dot_flops = {k: v * times for k, v in counts.dot_flops.items()}
+        counts.dots = {k: v * times for k, v in counts.dots.items()}
+        counts.dmas = [(a, b, n * times) for a, b, n in counts.dmas]
+    return counts, int(np.prod(grid or (1,)))
+
+
+def decisive_axes(call) -> set[int]:
+    """The grid axes that a decision of ``call``'s kernel depends on: a ``pl.when``'s
+    condition, a loop's bound (through values, refs stored and read, and prefetched
+    scalars indexed by them). The work of two steps that differ only on the other axes
+    is the same. Found by following each ``program_id`` through the program."""
+    decisive: set[int] = set()
+    stored: dict = {}     # a ref (the variable it was passed as at the top) -> axes
+    alias: dict = {}
+
+    def root(var):
+        while var in alias:
+            var = alias[var]
+        return var
+
+    def taint(env, var):
+        if jaxcompat.is_literal(var):
+            return frozenset()
+        return env.get(var, frozenset()) | stored.get(root(var), frozenset())
+
+    def follow(jaxpr, inputs: list, outer_vars: list, closed=((), ())) -> list:
+        env = dict(zip(jaxpr.invars, inputs))
+        env.update(zip(jaxpr.constvars, closed[0]))
+        for inner, outer in [*zip(jaxpr.invars, outer_vars), *zip(jaxpr.constvars, closed[1])]:
+            if outer is not None and not jaxcompat.is_literal(outer):
+                alias[inner] = outer
+        for eqn in jaxpr.eqns:
+            ins = [taint(env, v) for v in eqn.invars]
+            every = frozenset().union(*ins) if ins else frozenset()
+            name, view = eqn.primitive.name, jaxcompat.control(eqn)
+            outs = [every] * len(eqn.outvars)
+            if name == "program_id":
+                outs = [frozenset({jaxcompat.grid_axis(eqn)})]
+            elif name in ("swap", "addupdate"):
+                key = root(eqn.invars[0])
+                stored[key] = stored.get(key, frozenset()) | every
+            elif isinstance(view, jaxcompat.Branches):
+                which, operands = view.split(ins)
+                _, operand_vars = view.split(list(eqn.invars))
+                decisive.update(which)
+                found = [follow(j, operands, operand_vars) for j, _ in view.programs]
+                outs = [which.union(*column) for column in zip(*found)] or outs
+            elif isinstance(view, jaxcompat.Loop):
+                body, _ = view.body
+                operand_vars = view.body_operands(list(eqn.invars))
+                operands = view.body_operands(ins)
+                for _ in range(2):   # a carry fed back: twice reaches what it can
+                    carried = follow(body, operands, operand_vars)
+                    _, consts, carry, xs = view.split(ins)
+                    carry = [a | b for a, b in zip(carry, carried[:view.num_carry])]
+                    operands = [*consts, *carry, *xs]
+                if view.kind != "scan":
+                    cond_consts, _, _, _ = view.split(ins)
+                    decisive.update(frozenset().union(*cond_consts, *carry))
+                outs = carry + [every] * (len(eqn.outvars) - len(carry))
+            elif isinstance(view, (jaxcompat.Scoped, jaxcompat.Inline)):
+                body, _ = view.body
+                if isinstance(view, jaxcompat.Scoped):
+                    follow(body, [frozenset()] * len(body.invars), [None] * len(body.invars),
+                           (ins, list(eqn.invars)))
+                else:
+                    outs = follow(body, ins, list(eqn.invars)) or outs
+            else:
+                for inner, _ in jaxcompat.parts(eqn):   # anything else: all of it decides
+                    decisive.update(every)
+            for var, value in zip(eqn.outvars, outs):
+                env[var] = value
+        return [taint(env, v) for v in jaxpr.outvars]
+
+    jaxpr = call.kernel
+    for _ in range(2):   # a ref stored at one step and read at a later one
+        follow(jaxpr, [frozenset()] * len(jaxpr.invars), [None] * len(jaxpr.invars))
+    return decisive
 
 
 # ------------------------------------------------------------------- a mesh ---
@@ -736,12 +1083,14 @@ class MeshLedger(Ledger):
         self.problems += self._mismatched(refs, eqn)
         if target != self.device:
             self._check_target(target, keys[1], keys[0], refs, eqn)
+        lands = self.run.ref_at(target, keys[0])
         self.in_flight.append(_Copy((refs.send_sem, refs.send_sem_box), _window(refs),
-                                    self.run.space(refs.src), refs.nbytes, eqn, send=True))
+                                    self.run.space(refs.src), refs.nbytes, eqn, send=True,
+                                    lands=lands))
         there = self.run.ledgers[target]
         landing = _Copy((self.run.ref_at(target, keys[1]), refs.sem_box),
-                        (refs.src, refs.src_box, self.run.ref_at(target, keys[0]), refs.dst_box),
-                        into, refs.nbytes, eqn, sender=self.device)
+                        (refs.src, refs.src_box, lands, refs.dst_box),
+                        into, refs.nbytes, eqn, sender=self.device, lands=lands)
         for copy in there.in_flight:
             if not copy.send and copy.dst is landing.dst and _overlap(copy.dst_box,
                                                                       landing.dst_box):
@@ -751,6 +1100,12 @@ class MeshLedger(Ledger):
         there.most = max(there.most, len(there.in_flight))
         self.most = max(self.most, len(self.in_flight))
         return target
+
+    def landing(self, target, refs):
+        key = self.run.key(self.device, refs.dst)
+        if target is None or key is None or not 0 <= target < self.run.count:
+            return None
+        return self.run.ref_at(target, key)
 
     def until_landed(self, refs, eqn):
         if not self._follows(refs) or refs.outside or self._owed(refs) >= refs.nbytes:
@@ -953,12 +1308,15 @@ class MeshWalk:
         """Walks ``jaxpr`` over the grid on every device (``per_device``: its Counts)."""
         def device_walk(device):
             counts = per_device[device]
+            outputs = [self.refs[device][n] for n in call.output_refs
+                       if n < len(self.refs[device])]
             for point in grid_steps(call.grid):
                 before = counts.flops
                 yield from Walk(call.grid, tuple(int(p) for p in point), counts,
                                 self.ledgers[device], self.place(device)).taking_turns(
                     jaxpr, [], self.refs[device])
                 counts.step_flops.append(counts.flops - before)
+                counts.uses.reach(outputs)
 
         stuck = take_turns([device_walk(d) for d in range(self.count)])
         if stuck:   # every device left waits: a TPU would hang, the first wait is named
@@ -978,7 +1336,8 @@ def mesh_counts(call, axes: tuple) -> list[Counts]:
     refs = [[_fresh(var, n if n < len(call.blocks) else None)
              for n, var in enumerate(jaxpr.invars)] for _ in range(count)]
     run = MeshWalk(axes, refs)
-    per_device = [Counts() for _ in range(count)]
+    uses = Uses()   # one for the mesh: a remote copy carries marks to another device
+    per_device = [Counts(uses=uses, device=d) for d in range(count)]
     run.walk(call, jaxpr, per_device)
     for counts, ledger in zip(per_device, run.ledgers):
         counts.most_in_flight = ledger.most

@@ -444,3 +444,85 @@ def test_the_blocks_an_index_map_names_are_found_per_grid_step():
     block = next(b for b in ran.program.sites[0].call.blocks if not b.is_input)
     (_, indices), = ran.block_indices(block)
     assert indices.tolist() == [[i, 0] for i in range(8) for _ in range(4)]
+
+
+# ------------------------------------------------------------------ used work ---
+
+def matmul_steps(how):
+    """A (2,) grid over K of (8, 128) x (128, 128) dots, the product accumulated in a
+    scratch and stored at the last step, with a second dot that ``how`` throws away (or,
+    "state", a state whose last update no later step reads, as a chunked recurrence's)."""
+    def kernel(a_ref, b_ref, o_ref, acc_ref, junk_ref):
+        k = pl.program_id(0)
+        product = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+        decoy = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(k == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+            junk_ref[...] = jnp.zeros_like(junk_ref)
+
+        if how == "times_zero":
+            product = product + 0.0 * decoy
+        elif how == "never_stored":
+            junk_ref[...] += decoy
+        elif how == "minus_itself":
+            product = product + (decoy - decoy)
+        elif how == "dropped_by_where":
+            product = product + jnp.where(k < 0, decoy, 0.0)
+        elif how == "used_at_one_step":   # the decoy enters the output at step 0 only
+            product = jnp.where(k == 0, product + decoy - decoy, product)
+        elif how == "state":              # read at the next step: the last update is dead
+            product = product + junk_ref[...] * 0.5
+            junk_ref[...] = decoy
+        acc_ref[...] += product
+
+        @pl.when(k == pl.num_programs(0) - 1)
+        def _():
+            o_ref[...] = acc_ref[...]
+
+    def call(a, b):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32), grid=(2,),
+            in_specs=[pl.BlockSpec((8, 128), lambda k: (0, k)),
+                      pl.BlockSpec((128, 128), lambda k: (k, 0))],
+            out_specs=pl.BlockSpec((8, 128), lambda k: (0, 0)),
+            scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)] * 2)(a, b)
+    return call
+
+
+A, B = np.ones((8, 256), np.float32), np.ones((256, 128), np.float32)
+DOT = 2 * 8 * 128 * 128   # one (8, 128) x (128, 128) dot
+
+
+@pytest.mark.parametrize("how, used", [
+    ("times_zero", 2), ("never_stored", 2), ("minus_itself", 2), ("dropped_by_where", 2),
+    ("used_at_one_step", 3), ("state", 4)])
+def test_work_counts_when_its_result_reaches_an_output(how, used):
+    ran = measure(matmul_steps(how), A, B, structure=None)
+    assert ran.work == 4 * DOT and ran.used_work == used * DOT
+    if used < 4:
+        with pytest.raises(Diagnosed) as failed:
+            checking.check_work(ran, flops=4 * DOT)
+        assert failed.value.kind == "work_unused"
+        assert f"dot flops executed: {4 * DOT:,} · reaching an output: {used * DOT:,}" \
+            in str(failed.value.facts)
+    else:
+        checking.check_work(ran, flops=4 * DOT)
+
+
+def test_work_copied_out_by_a_dma_reaches_the_output():
+    def kernel(a_ref, b_ref, o_hbm, buffer, sem):
+        buffer[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+        copy = pltpu.make_async_copy(buffer, o_hbm, sem)
+        copy.start()
+        copy.wait()
+
+    def call(a, b):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32), pltpu.SemaphoreType.DMA(())])(a, b)
+
+    ran = measure(call, A[:, :128], B[:128], structure=None)
+    assert ran.work == ran.used_work == DOT

@@ -501,13 +501,18 @@ def test_a_solved_performance_puzzle_shows_its_tpu_cost_and_cost_prints_the_tabl
     kit.write("exercises/flash.py", (kit.path / "reference" / "flash.py").read_text())
     out = kit.run("exercises/test_flash.py", "-k", "causal or dense", "--cost").stdout.str()
     solved = out.split("✓ flash.causal  solved · +")[1].splitlines()
-    assert re.match(r"  on TPU v5e: >= [\d.]+ [nµm]?s \((memory|compute)-bound, [\d.]+ flop/B\), "
+    # projected to the test's tpu configuration: 65,536 steps of blocks of 128
+    assert re.match(r"  at B=4 N=16 T=S=4096-tpu, on TPU v5e: >= [\d.]+ [nµm]?s "
+                    r"\((memory|compute|vector|overhead)-bound, [\d.]+ flop/B\), "
                     r"VMEM [\d.]+ KiB of 16 MiB · on TPU v6e: >= ", solved[1]), solved[1]
     dense_line = out.split("✓ flash.dense  solved")[1].splitlines()[1]
     assert not dense_line.startswith("  on TPU")    # plain JAX, not a performance lesson
     table = out.split("cost on a TPU")[1].split("progress")[0]
-    assert "flash.causal [" in table and "MXU flops" in table and "flop/B" in table
-    assert "sources: pytest_pallas_hints/cost.py" in table
+    assert "flash.causal [" in table and "on the MXU" in table and "flop/B" in table
+    assert "flash.causal [B=4 N=16 T=S=4096-tpu] · yours, projected to this TPU size" in table
+    assert "flash.causal [B=4 N=16 T=S=4096-tpu] · the reference, projected" in table
+    assert "bytes per operand: q_ref 128 MiB (1x) · k_ref 2.06 GiB (16.5x)" in table
+    assert "Sources: pytest_pallas_hints/cost.py" in table
 
 
 def test_a_primitive_with_no_tpu_lowering_is_named_not_called_not_started(kit):

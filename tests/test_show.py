@@ -1,5 +1,6 @@
 """Pictures of a grid's walk (--show): what they draw is what the index maps say, and
 the page they write is valid HTML with valid SVG."""
+import dataclasses
 import html.parser
 import re
 import xml.etree.ElementTree as ElementTree
@@ -100,7 +101,7 @@ class _Strict(html.parser.HTMLParser):
         self.open = []
 
     def handle_starttag(self, tag, attrs):
-        if tag not in ("meta", "rect", "br"):
+        if tag not in ("meta", "rect", "br", "input"):   # void elements
             self.open.append(tag)
 
     def handle_endtag(self, tag):
@@ -164,3 +165,99 @@ def test_a_browser_opens_the_page(tmp_path):
                     f"--screenshot={shot}", f"--user-data-dir={tmp_path / 'profile'}",
                     page.as_uri()], check=True, capture_output=True, timeout=120)
     assert shot.stat().st_size > 1000
+
+
+# ------------------------------------------------------ the page, in a browser ---
+
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+
+
+def _browser():
+    """Headless Chromium, or a skip with the reason; under CI (CI=true) a missing browser
+    fails: .ci/run installs it with the system's package manager."""
+    found = next((shutil.which(name) for name in ("chromium", "chromium-headless-shell",
+                                                  "chromium-browser", "google-chrome")
+                  if shutil.which(name)), None)
+    if found is None:
+        why = "no headless Chromium here (apt-get install chromium)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    return found
+
+
+def _chromium(page, *flags):
+    """Chromium with the network cut (every host resolves to nothing): the page must
+    work offline."""
+    command = [_browser(), "--headless", "--no-sandbox", "--disable-gpu",
+               "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9",
+               *flags, page]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return done.stdout
+
+
+def _causal_walks():
+    chapters.configure("reference")
+    try:
+        flash = chapters.chapter("flash")
+    finally:
+        chapters.configure("exercises")
+    q = np.random.default_rng(0).normal(size=(1, 1, 512, 64)).astype(np.float32)
+    return show.of(measure(flash.flash_causal, q, q, q, block_q=128, block_kv=128,
+                           structure=None), config="T=S=512 block_q=block_kv=128")
+
+
+def test_the_page_draws_the_causal_triangle_and_each_step(tmp_path):
+    """Compared by structure: the DOM Chromium built, JavaScript run, at step 5."""
+    page = tmp_path / "causal.html"
+    page.write_text(show.html("flash.causal", _causal_walks()), encoding="utf-8")
+    dom = _chromium(f"file://{page}#step=5", "--dump-dom")
+    kinds = re.findall(r"data-point=\"(\d+),(\d+)\" data-step=\"\d+\" data-kind=\"(\w+)\"", dom)
+    assert len(kinds) == 16
+    work = {(int(r), int(c)) for r, c, kind in kinds if kind == "work"}
+    assert work == {(r, c) for r in range(4) for c in range(4) if c <= r}   # the triangle
+    assert all(kind == "idle" for r, c, kind in kinds if (int(r), int(c)) not in work)
+    # step 5 = q block 1, kv block 1: the grid cell and the blocks it reads outlined
+    assert re.search(r'data-point="1,1"[^>]*class="now"', dom)
+    assert "step 5 of 16: program ids (0, 0, 1, 1)" in dom
+    assert "k_ref: block (0,0,1,0) copied in now" in dom
+    # operands in their true orientation: k's blocks down dim 2 (4 rows, 1 column)
+    k = dom.split('data-name="k_ref"')[1].split("</figure>")[0]
+    rows = {int(y) for y in re.findall(r"<rect x=\"0\" y=\"(\d+)\"", k)}
+    assert len(rows) == 4 and "dim 2 (512, blocks of 128)" in k
+    assert "array [1, 1, 512, 64] float32, blocks (squeezed, squeezed, 128, 64)" in k
+    assert "T=S=512 block_q=block_kv=128" in dom
+
+
+def test_the_page_works_offline_and_every_label_is_readable(tmp_path):
+    html_text = show.html("flash.causal", _causal_walks())
+    assert not re.search(r"(src|href)=['\"]?https?:", html_text)   # nothing to fetch
+    for fill, ink in re.findall(r"fill='(#[0-9a-f]{6})' [^/]*/>(?:<rect[^>]*/>)?<text [^>]*"
+                                r"fill='(#[0-9a-f]{6})'", html_text):
+        assert show.contrast(fill, ink) >= 4.5, (fill, ink)
+    assert show.contrast(show.ink_for(show._blend(1.0)), show._blend(1.0)) >= 4.5
+
+
+def test_a_failing_run_is_drawn_with_its_wrong_blocks(tmp_path):
+    (gw,) = _causal_walks()
+    failed = dataclasses.replace(gw, failed="values").with_wrong(
+        (1, 1, 512, 64), [((0, 1), (0, 1), (128, 256), (0, 64))])
+    out = failed.operands[-1]
+    assert out.wrong == ((0, 0, 1, 0),)
+    page = tmp_path / "failed.html"
+    page.write_text(show.html("flash.causal", [failed]), encoding="utf-8")
+    dom = _chromium(f"file://{page}", "--dump-dom")
+    assert "this run failed (values)" in dom
+    assert re.search(r'data-block="0,0,1,0" data-kind="once wrong"', dom)
+
+
+def test_a_small_grid_gets_a_step_table_in_the_terminal():
+    (gw,) = _causal_walks()
+    table = show.step_table(gw)
+    assert table[0].split() == ["step", "ids", "MXU", "flops", "q_ref", "k_ref", "v_ref",
+                                "o_ref"]
+    assert table[1].split()[:3] == ["0", "0,0,0,0", "4,194,304"]   # 2 dots of 128x128x64
+    assert table[2].split()[2] == "0"          # q block 0 skips kv block 1
+    assert len(table) == 16 + 2

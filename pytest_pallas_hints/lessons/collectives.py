@@ -53,17 +53,31 @@ def check_on_every_device(ran, n):
 
 
 def check_copies_leave(ran):
-    """No remote copy lands on the device that started it (device_id=(me,)): on a ring
-    of two or more chips every copy of this chapter goes to a neighbour."""
+    """Every remote copy goes to a neighbour on the ring: not to the device that started
+    it (device_id=(me,)), and not past its neighbours (straight to every device moves the
+    same bytes, but is not a ring)."""
     for run, counts in zip(ran.executed, ran.counts):
+        n = run.site.devices
         for target, *_ in counts.remote:
-            if run.device is not None and target == run.device and run.site.devices > 1:
+            if run.device is None or n < 2 or target is None:
+                continue
+            if target == run.device:
                 fail("sent_to_itself", (
                     "your remote copy goes to the device that starts it (under "
                     "'devices'): device_id names the device the copy lands on, and "
                     "lax.axis_index(axis_name) is this device itself, so the copy never leaves it. "
                     "Send it to the right neighbour: device_id=(right,), from "
                     "neighbours(axis_name)."), [("devices", f"{run.device} → {target}")])
+            if target not in ((run.device + 1) % n, (run.device - 1) % n):
+                fail("not_a_neighbour", (
+                    f"device {run.device} copies straight to device {target}, which is not "
+                    "one of its neighbours on the ring: on a ring every copy goes one step, "
+                    "to the right (or left) neighbour, which passes the block on at the next "
+                    "step. Sending to every device at once moves the same bytes here, but on "
+                    "chips wired as a ring each such copy crosses the chips between, and it "
+                    "is not the lesson. Send to device_id=(right,) from neighbours(axis_name), "
+                    "and forward what arrives."), [("devices", f"{run.device} → {target} "
+                                                   f"(a ring of {n})")])
 
 
 def check_remote_bytes(ran, expected, *, what, likely=None, travels=None):

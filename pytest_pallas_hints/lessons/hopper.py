@@ -49,6 +49,47 @@ def check_by_tma_only(ran):
             "what a copy moves."), [("at", line_of(direct[0]))])
 
 
+def check_loads_by_tma(ran, what):
+    """The kernel reads no GMEM ref itself: its inputs reach it by TMA copies (its own or
+    a pipeline's) into SMEM. A kernel that loads x_ref[...] straight from global memory
+    runs here, and on a Hopper too, but skips what the puzzle is about; where a pipeline
+    is the lesson, its body would be a decoy."""
+    loads = [eqn for eqn in jaxcompat.gmem_accesses(kernel_of(ran).kernel)
+             if eqn.primitive.name == "get"]
+    if loads:
+        fail("gmem_load", (
+            "your kernel loads from a GMEM ref with [...] itself, straight from global "
+            f"memory: in this puzzle the inputs reach the kernel by TMA, {what}. Index a "
+            "GMEM ref only with .at[...], to name what a copy moves."),
+            [("load", line_of(loads[0]))])
+
+
+def check_roles(ran):
+    """Warp specialisation: the warpgroup that issues the copies into SMEM (the
+    producer) computes nothing on arrays, and the one that computes (the consumer)
+    issues no copy in. One warpgroup doing both, the other idling on a barrier, is the
+    kernel of puzzle 2 with a second thread that does nothing."""
+    found = gpu_walk.walk(kernel_of(ran))
+    if found is None or len(found.roles) < 2:
+        return
+    both = [(n, role) for n, role in sorted(found.roles.items())
+            if role.copies_in and role.array_ops]
+    producers = [n for n, role in found.roles.items() if role.copies_in]
+    consumers = [n for n, role in found.roles.items() if role.array_ops]
+    if both or not producers or not consumers:
+        shown = " · ".join(f"warpgroup {n}: {role.copies_in} copies in, {role.array_ops} "
+                           "operations on arrays" for n, role in sorted(found.roles.items()))
+        facts = [("roles", shown)]
+        if both:
+            facts.append(("copies", line_of(both[0][1].first_copy)))
+            facts.append(("computes", line_of(both[0][1].first_op)))
+        fail("roles", (
+            "the warpgroups do not split the work: one warpgroup (the producer) issues the "
+            "TMA copies into the ring's slots and computes nothing, the other (the consumer) "
+            "waits for each slot, computes on it and releases it. Branch on "
+            "lax.axis_index(thread_name) so each runs its own part."), facts)
+
+
 def check_smem_used(ran, what):
     """The data passes through the kernel's own SMEM: a store into one of its SMEM
     buffers and a load from it."""
@@ -288,6 +329,47 @@ def attention_not_rescaled(q, k, v, causal, block_kv):
     return acc / l[..., None]
 
 
+def kv_blocks_needed(qi, *, S, block_q, block_kv, causal) -> int:
+    """The KV blocks q block ``qi`` must visit: with causal, those holding a key at or
+    before its last query."""
+    last_query = (qi + 1) * block_q - 1
+    return min(S // block_kv, -(-(last_query + 1) // block_kv)) if causal \
+        else S // block_kv
+
+
+def check_kv_blocks_fetched(ran, *, S, block_q, block_kv, causal, operands=(1, 2)):
+    """Skipping is bytes as well as work: each q block copies from K and from V (kernel
+    operands 1 and 2) in proportion to the KV blocks it visits, so with causal a block
+    near the top fetches fewer than one near the bottom. A kernel that skips the
+    products of masked blocks but still copies every block in saves no traffic."""
+    found = gpu_walk.walk(kernel_of(ran))
+    if found is None or not causal or not found.fetched:
+        return
+    blocks = sorted(found.fetched)
+    for operand in operands:
+        copies = {block: found.fetched[block].get(operand, 0) for block in blocks}
+        needed = {block: kv_blocks_needed(block[-1], S=S, block_q=block_q,
+                                          block_kv=block_kv, causal=causal)
+                  for block in blocks}
+        most = max(blocks, key=lambda block: needed[block])
+        if not copies[most]:
+            continue   # not copied by TMA at all: check_loads_by_tma says so
+        for block in blocks:
+            if copies[block] * needed[most] > copies[most] * needed[block]:
+                name = "K" if operand == operands[0] else "V"
+                qi = block[-1]
+                fail("kv_fetched", (
+                    f"q block {qi} copies {copies[block]} tile(s) of {name} where the last "
+                    f"q block, which visits {needed[most]} KV blocks, copies "
+                    f"{copies[most]}: it visits only {needed[block]} KV block(s), so the "
+                    "copies of the blocks past the diagonal are fetched and never used. "
+                    "Skipping is the bytes too: give emit_pipeline the grid of the blocks "
+                    "that count, not a pl.when around the products."),
+                    [("copies", f"{name}, q block {qi}: yours {copies[block]} · in "
+                                f"proportion to the KV blocks visited "
+                                f"{copies[most] * needed[block] // needed[most]}")])
+
+
 def check_kv_blocks_visited(ran, *, T, S, block_q, block_kv, causal):
     """Each block (b, n, qi) issues two wgmmas per KV block it visits; with causal, it
     visits only the KV blocks holding a key at or before its last query."""
@@ -297,8 +379,8 @@ def check_kv_blocks_visited(ran, *, T, S, block_q, block_kv, causal):
     for block, wgmmas in sorted(found.wgmmas.items()):
         qi = block[-1]
         last_query = (qi + 1) * block_q - 1
-        needed = min(S // block_kv, -(-(last_query + 1) // block_kv)) if causal \
-            else S // block_kv
+        needed = kv_blocks_needed(qi, S=S, block_q=block_q, block_kv=block_kv,
+                                  causal=causal)
         if wgmmas != 2 * needed:
             visited = wgmmas / 2
             shown = f"{visited:g}" if visited == int(visited) else f"{wgmmas} wgmmas for"

@@ -61,6 +61,26 @@ def k_products(a, b, bk):
     return [exact(a[:, k:k + bk], b[k:k + bk]) for k in range(0, a.shape[1], bk)]
 
 
+def check_int8_product(ran):
+    """Every matmul of the kernels multiplies int8 by int8 (the MXU's integer product,
+    summed in int32): read from the program, since a float32 product of small integers
+    gives the same values here."""
+    for site, jaxpr in kernels(ran):
+        for eqn in jaxcompat.equations(jaxpr):
+            if eqn.primitive.name != "dot_general":
+                continue
+            dtypes = [np.dtype(v.aval.dtype).name for v in eqn.invars[:2]]
+            if dtypes != ["int8", "int8"]:
+                fail("int8_product", (
+                    f"your kernel multiplies the blocks as {' x '.join(dtypes)}: the lesson "
+                    "is the MXU's int8 x int8 product, exact, at twice the bf16 rate, "
+                    "summed in int32: jnp.dot(a_int8, b_int8, preferred_element_type="
+                    "jnp.int32). Cast nothing before the dot; a float product of small "
+                    "integers gives the same values here, and half the speed on a TPU."),
+                    [("dot", f"{site.call.name}(): {' x '.join(dtypes)}")]
+                    + learner_line(eqn))
+
+
 def check_int32_accumulator(ran, scales=()):
     """The running sum of an int8 x int8 matmul is int32: exact, what the MXU returns.
     An int8 sum wraps around (127 * 127 alone does not fit); a float32 sum holds integers

@@ -794,3 +794,29 @@ def check_attention_rejects(splash_attention, said, q, k, v, **static):
     fail("argument_check", f"splash_attention({said}) should raise a ValueError that names "
          "the argument; it raised nothing.",
          [("called", f"splash_attention({said})"), ("raised", "nothing")])
+
+
+# --- the mask, applied where a tile is partial only --------------------------------
+
+def check_full_tiles_unmasked(ran, categories):
+    """A full tile (every key visible) is folded without the mask: its mask block is not
+    even read. The walk of the kernel says at which grid steps (b, n, i, kv) the mask
+    operand (the one built from no argument) was loaded."""
+    from ..structure import operands_of
+
+    masks = {id(block) for block in operands_of(ran.program, "constants")}
+    for site, counts in zip(ran.program.sites, ran.counts):
+        operands = {site.call.num_prefetch + k for k, block in enumerate(site.call.blocks)
+                    if id(block) in masks}
+        full = sorted(point for point, operand in counts.loads
+                      if operand in operands and len(point) == 4
+                      and categories[point[2], point[3]] == FULL)
+        if full:
+            i, kv = full[0][2:]
+            fail("full_tile_masked", (
+                "your kernel reads the mask on full tiles too: a full tile has every key "
+                "visible, and the lesson is that only partial tiles pay for the mask. Fold "
+                "a full tile with no mask (@pl.when(category == FULL): visible=None), and "
+                "read mask_ref under @pl.when(category == PARTIAL) only."),
+                [("tiles", f"{len(full)} grid steps on full tiles read the mask, the first "
+                           f"at q block {i}, kv block {kv}")])

@@ -252,3 +252,48 @@ def test_check_barriers_waited_on_warpgroups(gpu_interpret_mode, wrong, expected
     ran = measure(functools.partial(chapter(wrong).add_one_specialized, block_rows=64), x,
                   structure=None)
     assert kind(lesson.check_barriers_waited, ran) == expected
+
+
+@pytest.mark.parametrize("wrong, expected", [
+    (None, ""), ("warpgroups_one_does_all", "roles")])
+def test_check_roles_on_warpgroups(gpu_interpret_mode, wrong, expected):
+    x = np.random.default_rng(8).standard_normal((256, 64)).astype(np.float32)
+    ran = measure(functools.partial(chapter(wrong).add_one_specialized, block_rows=64), x,
+                  structure=None)
+    assert kind(lesson.check_roles, ran) == expected
+    if wrong is None:   # the reference: warpgroup 1 fetches, warpgroup 0 computes
+        from pytest_pallas_hints import gpu_walk
+        roles = gpu_walk.walk(lesson.kernel_of(ran)).roles
+        assert roles[1].copies_in == 4 and roles[1].array_ops == 0
+        assert roles[0].copies_in == 0 and roles[0].array_ops >= 4
+
+
+@pytest.mark.parametrize("wrong, expected", [
+    (None, ""), ("pipeline_body_decoy", "gmem_load")])
+def test_check_loads_by_tma_on_pipeline(gpu_interpret_mode, wrong, expected):
+    x = np.random.default_rng(9).standard_normal((4, 128, 64)).astype(np.float32)
+    ran = measure(functools.partial(chapter(wrong).sum_stack, block_rows=64,
+                                    max_concurrent_steps=2), x, structure=None)
+    assert kind(lesson.check_loads_by_tma, ran, "x's slabs") == expected
+
+
+def fetched(monkeypatch, copies):
+    """The lesson's gpu_walk finds these copies of K (operand 1) per q block."""
+    found = types.SimpleNamespace(fetched={(0, 0, qi): {1: n, 2: n}
+                                           for qi, n in enumerate(copies)})
+    monkeypatch.setattr(lesson, "gpu_walk", types.SimpleNamespace(walk=lambda call: found))
+    return types.SimpleNamespace(program=types.SimpleNamespace(
+        sites=[types.SimpleNamespace(call=None)]))
+
+
+@pytest.mark.parametrize("copies, expected", [
+    ((2, 4), ""),              # T=S=256, block_q=128, block_kv=64: 2 then 4 KV blocks
+    ((4, 8), ""),              # each block copied in two halves: still in proportion
+    ((4, 4), "kv_fetched"),    # every KV block fetched, the skipped ones too
+])
+def test_check_kv_blocks_fetched_by_hand(monkeypatch, copies, expected):
+    ran = fetched(monkeypatch, copies)
+    assert kind(lesson.check_kv_blocks_fetched, ran, S=256, block_q=128, block_kv=64,
+                causal=True) == expected
+    assert kind(lesson.check_kv_blocks_fetched, ran, S=256, block_q=128, block_kv=64,
+                causal=False) == ""   # nothing to skip without a mask
