@@ -486,6 +486,10 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
         where, code = _learner_line([(*error.pallas_where, "")], root, chapter_files)
         code = code or _source_line(error.pallas_where)
     kind = type(error).__name__
+    if isinstance(error, NameError):
+        typo = _typo(error, where, code, root)
+        if typo is not None:
+            return typo
     text = _kernel_arg_names(_real_error(text))
     if kind == "NotImplementedError" and where and not _stub_raised(frames, root):
         text = "NotImplementedError (not a stub): " + text[len("NotImplementedError: "):]
@@ -536,6 +540,7 @@ def explain(error: BaseException, frames: list[tuple[str, int, str]], root: Path
     elif finding.kind == "broken_chapter":
         rule = type(error).__name__ == "ChapterRuleBroken"
         finding.facts.append(("rule" if rule else "import", str(error)))
+        finding.facts += _import_error_at(error, root)
     elif where and code:
         finding.facts.append(("at", f"{where}   {code.strip()}"))
     return finding
@@ -765,6 +770,80 @@ def _source_line(where: tuple[str, int]) -> str:
         return Path(where[0]).read_text(encoding="utf-8").splitlines()[where[1] - 1]
     except (OSError, IndexError):
         return ""
+
+
+def _typo(error: NameError, where: str, code: str, root: Path) -> Finding | None:
+    """A NameError for a name the learner's file binds nowhere (rules.typos): a typo,
+    said as one, with the file's closest names and the line, the name marked."""
+    from . import rules
+
+    name = getattr(error, "name", None) or (re.findall(r"name '(\w+)'", str(error)) or [""])[0]
+    if not (where and name):
+        return None
+    try:
+        source = (root / where.rpartition(":")[0]).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    found = [typo for typo in rules.typos(source) if typo.name == name]
+    if not found:
+        return None   # bound somewhere (read before it is assigned): the error says so
+    line = int(where.rpartition(":")[2])
+    typo = next((t for t in found if t.line == line), found[0])
+    return Finding("typo", typo_words(typo), facts=[("at", pointed(where, code or typo.code,
+                                                                   name))], where=where)
+
+
+def typo_words(typo) -> str:
+    """What a typo finding says: the name is bound nowhere; the closest name, if any."""
+    said = f"`{typo.name}` is defined nowhere in this file and is no builtin: a typo?"
+    if not typo.matches:
+        return said + " Correct its spelling, or define it before this line."
+    return said + f" Did you mean `{typo.matches[0]}`?"
+
+
+def pointed(where: str, code: str, name: str = "", column: int | None = None,
+            width: int = 1) -> str:
+    """'exercises/basics.py:3   def add_one(x:' with a caret line under ``name`` (its
+    first whole-word use on the line) or under ``column`` (0-based, in ``code``)."""
+    shown = code.strip()
+    if name:
+        found = re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", shown)
+        column, width = (found.start(), len(name)) if found else (None, 0)
+    else:
+        column = None if column is None else column - (len(code) - len(code.lstrip()))
+    head = f"{where}   {shown}"
+    if column is None or not 0 <= column <= len(shown):
+        return head
+    return head + "\n" + " " * (len(where) + 3 + column) + "^" * max(1, width)
+
+
+def _import_error_at(error, root: Path) -> list[tuple[str, str]]:
+    """For a chapter file that does not import: its line with a caret under the error
+    (a syntax error) or the name (a typo at the top level of the file)."""
+    cause, path, line = (getattr(error, attribute, None) for attribute in ("error", "path", "line"))
+    if path is None or not line:
+        return []
+    try:
+        shown = Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        shown = Path(path).name
+    where = f"{shown}:{line}"
+    broken = getattr(error, "broken", None)
+    if broken is not None:   # the rule: the line it names
+        return [("at", pointed(where, broken.code))]
+    if isinstance(cause, SyntaxError):
+        code = (cause.text or _source_line((str(path), line))).rstrip("\n")
+        offset = (cause.offset or 0) - 1
+        end = cause.end_offset if cause.end_lineno == cause.lineno and cause.end_offset \
+            else 0
+        return [("at", pointed(where, code, column=offset if offset >= 0 else None,
+                               width=max(1, end - 1 - offset)))]
+    code = _source_line((str(path), line))
+    if isinstance(cause, NameError):
+        typo = _typo(cause, where, code, root)
+        if typo is not None:
+            return typo.facts + [("typo", typo.says)]
+    return [("at", pointed(where, code))] if code else []
 
 
 def _broadcast(first: str, second: str) -> str:
@@ -1126,7 +1205,7 @@ def render(findings: list[Finding], words: dict[str, str] | None = None,
     chosen = next((words[k] for k in keys if k in words), first.says)
     lines = []
     for label, text in rows + [("diagnosis", chosen)]:
-        lines += _row(label, text)
+        lines += row(label, text)
     return lines
 
 
@@ -1135,7 +1214,9 @@ _UNWRAPPED = {"blocks", "at", "race", "waits", "started", "in flight", "waited",
               "earlier", "wgmma", "wait", "arrives"}   # file:line   code
 
 
-def _row(label: str, text: str) -> list[str]:
+def row(label: str, text: str) -> list[str]:
+    """One labelled row, as a diagnosis shows it: the label in its column, the text
+    wrapped beside it (a source line or a table kept whole)."""
     pad = " " * LABEL_WIDTH
     out = []
     for n, para in enumerate(text.split("\n")):
@@ -1150,7 +1231,8 @@ def _row(label: str, text: str) -> list[str]:
 def _laid_out(text: str) -> bool:
     """A row kept on one line: a source location with its code, or text aligned in
     columns (not a sentence, which wraps like any other)."""
-    return bool(re.match(r"\S+\.py:\d+", text)) or "  " in text.strip()
+    return bool(re.match(r"\S+\.py:\d+", text)) or "  " in text.strip() \
+        or set(text.strip()) == {"^"}   # a caret under the line above
 
 
 def _wrap(text: str, width: int) -> list[str]:

@@ -6,7 +6,9 @@ Read top to bottom, this module is the table of contents:
                    --hint[=N]             the next hint of each failing puzzle (N: levels 1..N)
                    --reference            run against reference/ (maintainers, CI)
                    --no-scoreboard        leave the scoreboard out
-                   --pallas-timeout=S     fail a test that runs longer (a kernel that hangs)
+                   --pallas-timeout=S     fail a test that runs longer (a kernel that hangs;
+                                          default 120 s; `pallas watch` has its own, 20 s,
+                                          and stops a check at the first test past it)
                    --cost                 every kernel's cost on a TPU, as a table
                    --show[=html]          each puzzle's grid walk (and a page per puzzle)
                    --seed=N               the session's seed (replays a failure's inputs)
@@ -170,6 +172,17 @@ def pytest_unconfigure(config):
 _SESSIONS: list[bool] = []   # pytest runs configured in this process and not yet over
 
 
+@contextlib.contextmanager
+def nested_run():
+    """Around a pytest run in a process that goes on after it (the watcher's): a kernel
+    ended by the time bound does not end the process when the run is over."""
+    _SESSIONS.append(True)
+    try:
+        yield
+    finally:
+        _SESSIONS.pop()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
     session.config._pallas_exitstatus = int(exitstatus)
@@ -299,8 +312,18 @@ class PallasRun:
     # -- makereport: every failure of a puzzle test becomes findings
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item, call):
-        report = yield
         puzzle_id = _puzzle_of(item)
+        if puzzle_id and not self.raw and call.when == "call" and call.excinfo is not None:
+            # The failure's diagnosis replaces pytest's traceback (below): pytest need
+            # not format one (it reads the source of every frame, JAX's too: a second
+            # for a failure through a kernel).
+            item.repr_failure = lambda excinfo, style=None: "(the kit's diagnosis follows)"
+            try:
+                report = yield
+            finally:
+                del item.repr_failure
+        else:
+            report = yield
         if not puzzle_id or not (report.when == "call" or report.failed or report.skipped):
             return report
         uses_rng = "rng" in getattr(item, "fixturenames", ())

@@ -19,6 +19,11 @@ its words are one data file, ``vocabulary.toml``:
   no ``class``, ``async`` or ``match`` statements; no ``interpret=`` or ``out=``
   keywords (the kit chooses how kernels run; NumPy's ``out=`` writes in place).
 
+A name the file reads but binds nowhere, and that is no builtin of this Python,
+breaks nothing: it is a typo (``y_reff``). Running the code that reads it raises
+``NameError`` there, so only the puzzles whose code reads it fail; ``typos`` lists
+each with its line and the file's names it is closest to, for the diagnosis.
+
 What it guarantees: no expression in the file evaluates to a module other than
 the listed ones or to anything reached from one by a name off the list, and the
 file writes to nothing it did not make. So it cannot reach ``sys``, the tests,
@@ -38,7 +43,9 @@ It is not a sandbox: what the listed functions can do, the file can do.
 from __future__ import annotations
 
 import ast
+import builtins
 import dataclasses
+import difflib
 import fnmatch
 import functools
 import importlib
@@ -73,6 +80,16 @@ class Broken:
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.rule}   {self.code.strip()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Typo:
+    """A name a scope of the file reads, bound nowhere in the file and no builtin."""
+    name: str
+    line: int
+    column: int                 # where the name starts on its line (0-based)
+    code: str                   # the line
+    matches: tuple[str, ...]    # the names that scope sees that are closest to it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +134,23 @@ def check_source(source: str) -> Broken | None:
                                          getattr(r.node, "end_col_offset", 0)))
     line = getattr(first.node, "lineno", 1)
     return Broken(line, first.rule, lines[line - 1] if line <= len(lines) else "")
+
+
+def typos(source: str) -> list[Typo]:
+    """Every name of ``source`` that a scope reads and nothing binds, and that is no
+    builtin: the first read in each scope, with the scope's closest names."""
+    try:
+        tree = ast.parse(source)
+        table = symtable.symtable(source, "<exercise>", "exec")
+    except SyntaxError:
+        return []
+    lines = source.splitlines()
+    found = []
+    for node, name, matches in _Scopes(tree, table, vocabulary().builtins).typos:
+        line = getattr(node, "lineno", 1)
+        found.append(Typo(name, line, getattr(node, "col_offset", 0),
+                          lines[line - 1] if line <= len(lines) else "", matches))
+    return sorted(found, key=lambda typo: (typo.line, typo.column))
 
 
 class _Refused(Exception):
@@ -221,8 +255,8 @@ class _Imports:
 
 
 class _Scopes:
-    """The file's names, scope by scope (symtable): which it binds, and the builtins
-    it reads."""
+    """The file's names, scope by scope (symtable): which it binds, the builtins it
+    reads, and the names it reads that nothing binds (typos)."""
 
     def __init__(self, tree: ast.Module, table: symtable.SymbolTable, builtins: frozenset):
         self.tree, self.table, self.builtins = tree, table, builtins
@@ -233,11 +267,25 @@ class _Scopes:
             self.bound |= {s.get_name() for s in scope.get_symbols()
                            if _binds(s) or s.is_parameter()}
             stack.extend(scope.get_children())
+        self.typos: list[tuple[ast.AST, str, tuple[str, ...]]] = []   # (node, name, matches)
+        self.refusals = self._read(table, frozenset(self.top_level | builtins))
 
-    def read(self, table: symtable.SymbolTable | None = None) -> list[_Refused]:
+    def is_typo(self, name: str) -> bool:
+        """Bound by no scope of the file and no builtin of Python: reading it raises
+        NameError."""
+        return name not in self.bound and name not in self.top_level \
+            and not hasattr(builtins, name)
+
+    def read(self) -> list[_Refused]:
         """Every name a scope reads that no scope of the file binds is a builtin: it
-        must be one of the listed ones."""
-        table = table or self.table
+        must be one of the listed ones (a name that is no builtin is a typo)."""
+        return self.refusals
+
+    def _read(self, table: symtable.SymbolTable, seen: frozenset) -> list[_Refused]:
+        """``seen``: the names the enclosing scopes give this one."""
+        if table.get_type() != "module":
+            seen = seen | {s.get_name() for s in table.get_symbols()
+                           if _binds(s) or s.is_parameter()}
         refusals = []
         for symbol in table.get_symbols():
             name = symbol.get_name()
@@ -249,12 +297,15 @@ class _Scopes:
                 if name in REACHING or name.startswith("__"):
                     refusals.append(_Refused(node, f"`{name}` is not allowed in an exercise "
                                                    "file (it reaches around the language)"))
-                else:
+                elif hasattr(builtins, name):
                     refusals.append(_Refused(node, f"`{name}` is not a builtin an exercise file "
                                                    "may use (the kit's vocabulary lists them: "
                                                    "pytest_pallas_hints/vocabulary.toml)"))
+                else:   # bound nowhere: reading it raises NameError, where it is read
+                    matches = difflib.get_close_matches(name, sorted(seen), n=3)
+                    self.typos.append((node, name, tuple(matches)))
         for child in table.get_children():
-            refusals += self.read(child)
+            refusals += self._read(child, seen)
         return refusals
 
     def _use_in(self, table: symtable.SymbolTable, name: str):
@@ -357,6 +408,8 @@ class _Reader:
             parts.append(base.attr)
             base = base.value
         parts.reverse()
+        if isinstance(base, ast.Name) and self.scopes.is_typo(base.id):
+            return  # reading the name raises NameError: no attribute of it is ever read
         module = self.imports.modules.get(base.id) if isinstance(base, ast.Name) else None
         path = base.id if module else ""
         for i, attribute in enumerate(parts):

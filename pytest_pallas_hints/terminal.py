@@ -22,6 +22,7 @@ except ImportError:  # no NumPy yet: the plugin says so at configure time
     diagnose = None
 
 Line = tuple[str, str]
+WATCH_KEYS = "save to check · h hint · n next · p previous · a chapter · r replay · q quit"
 TITLES = {1: "the idea", 2: "a skeleton", 3: "the solution"}
 
 
@@ -34,6 +35,7 @@ class Screen:
     progress: dict | None = None       # the progress file's content, once loaded
     here: Path | None = None           # where the learner runs commands from
     highlight: Callable[[str], str] = lambda source: source
+    keys: bool = False                 # the watcher's screen: keys to press, not commands
 
     @property
     def puzzles(self) -> dict:
@@ -102,15 +104,131 @@ class Screen:
         test_file = self.root / "exercises" / f"test_{puzzle.chapter}.py"
         return f"pytest {self._relative(test_file)} -k {puzzle.name}" + (" --hint" if hint else "")
 
+    # -- the watcher (pallas watch): a screen per check, redrawn
+    def checking(self, puzzles: list, changed=(), bound: float = 0) -> list[str]:
+        """While a check runs: which puzzles, why (the functions the save changed), and
+        what a key pressed now does."""
+        names = ", ".join(p.id for p in puzzles) if len(puzzles) <= 3 else \
+            f"the {len(puzzles)} puzzles of {puzzles[0].chapter}"
+        why = f"   (you changed {', '.join(f'{name}()' for name in changed)})" if changed else ""
+        stop = f" · a kernel is stopped after {bound:g} s" if bound else ""
+        return [f"… checking {names}{why}",
+                f"  a key acts when the check ends (one key; q quits){stop}"]
+
+    def verdict(self, outcome, puzzles: list, current, *, hint: bool = False, reports=(),
+                following=None) -> list[str]:
+        """After a check: each puzzle's line or block (a solved performance puzzle with
+        its cost, as pytest's summary), the hints asked for, one progress line, what to
+        press next."""
+        runs, lines, broken_shown = outcome.runs, [], set()
+        stopped = any(run.first_failure is not None and run.first_failure.kind == "hang"
+                      for run in runs.values())
+        for puzzle in puzzles:
+            run = runs.get(puzzle.id)
+            if run is None:
+                lines.append(f"· {puzzle.id}  " + ("not checked: the check stopped at the "
+                                                   "kernel that ran out of time" if stopped
+                                                   else "did not run (no test selected)"))
+            elif run.status == "solved":
+                lines += self.solved(puzzle.id, outcome, reports)
+            elif run.status == "broken":
+                if puzzle.chapter not in broken_shown:
+                    broken_shown.add(puzzle.chapter)
+                    lines += self.broken(puzzle.chapter, runs)
+            elif run.failed or run.kit_errors:
+                lines += self.puzzle(run)
+                if run.first_failure.kind == "hang" and run.passed + run.failed < run.total:
+                    lines += ["  " + line for line in diagnose.row(
+                        "stopped", "a check stops at the first configuration that runs out "
+                                   "of time: the others did not run")]
+            else:
+                lines.append(f"· {puzzle.id}  {run.status.replace('_', ' ')}")
+        run = runs.get(current.id)
+        solved = run is not None and run.status == "solved"
+        if hint and solved:
+            lines.append(f"  no hint needed: {current.id} is solved"
+                         + (f" (n: the next puzzle, {following.id})" if following else ""))
+        for level in outcome.hint_levels.get(current.id, []) if hint else ():
+            lines += self.hint_lines(current, level)
+        lines += ["", self.progress_line(outcome, current.chapter)]
+        if solved and following is not None:
+            lines.append(f"next: {following.id} (press n)")
+        lines.append(WATCH_KEYS)
+        return lines
+
+    def solved(self, puzzle_id: str, outcome, reports=()) -> list[str]:
+        """A solved puzzle's line ("+10 points" the first time, "solved again" after it
+        failed in between) and, for a performance puzzle, its cost on a TPU."""
+        if puzzle_id in outcome.solved_again:
+            said = "solved again"
+        elif puzzle_id in outcome.newly_solved:
+            said = f"solved · +{self.puzzles[puzzle_id].points} points"
+        else:
+            said = "solved"
+        return [f"✓ {puzzle_id}  {said}"] + [f"  {line}" for line in cost_lines(puzzle_id,
+                                                                             reports)]
+
+    def progress_line(self, outcome, chapter: str) -> str:
+        """'Pallas exercises · 3 of 44 puzzles · 30 / 720 points   basics ███░░░░░░░ 3/9'."""
+        board = scoreboard.render(self.kit, outcome.progress, outcome.runs, outcome.skipped,
+                                  self.command)
+        mine = next((line.strip() for line in board[1:]
+                     if line.strip().startswith(chapter + " ")), "")
+        return board[0] + (f"   {' '.join(mine.split()[:3])}" if mine else "")
+
+    def moved(self, puzzle, key: str) -> str:
+        """Where n or p went."""
+        chapter = self.kit[puzzle.chapter].puzzles
+        where = f"puzzle {chapter.index(puzzle) + 1} of {len(chapter)} in {puzzle.chapter}"
+        return f"{key}: {'next' if key == 'n' else 'previous'} puzzle, {puzzle.id} ({where})"
+
+    def no_further(self, current, key: str) -> str:
+        """n on a chapter's last puzzle, p on its first."""
+        if key == "p":
+            return f"p: {current.id} is the first puzzle of {current.chapter}"
+        chapters = list(self.kit)
+        place = chapters.index(current.chapter) + 1
+        after = (f" (the next chapter, {chapters[place]}, is checked when you save "
+                 f"exercises/{chapters[place]}.py)") if place < len(chapters) else ""
+        return f"n: {current.id} is the last puzzle of {current.chapter}{after}"
+
+    def dropped(self, acted: str, keys: str) -> str:
+        """Keys pressed during a check beyond the one acted on."""
+        return (f"dropped {' '.join(keys)}: one key acts after a check ({acted} did); "
+                "press again what you meant")
+
+    def also_changed(self, others: list) -> str:
+        """A save that changed the code of more puzzles than the one checked."""
+        names = ", ".join(p.id for p in others[:2]) + (f" and {len(others) - 2} more"
+                                                        if len(others) > 2 else "")
+        return f"also changed: {names} (a: check the chapter)"
+
+    def unknown_key(self, key: str) -> str:
+        return f"{key!r} does nothing here: {WATCH_KEYS}"
+
+    def nothing_to_replay(self) -> str:
+        return "r replays a failure's inputs: nothing has failed with drawn inputs yet"
+
+    def could_not_run(self, why: str, tail=()) -> list[str]:
+        """pytest itself could not run the check (said, and the watcher goes on)."""
+        return [f"! the check could not run: {why}", *tail,
+                "  save the file to try again, or press q to quit"]
+
     # -- the pieces
     def _replay(self, report: PuzzleReport) -> str:
-        """The command that runs this test again on the same inputs."""
+        """The command (or, watching, the key) that runs this test again on the same
+        inputs."""
+        if self.keys:
+            return f"press r   (the same inputs again, seed {report.seed})"
         test_file = self.root / report.nodeid.split("::")[0]
         return f"pytest {self._relative(test_file)} --seed {report.seed} -k {report.test}"
 
     def _more(self, puzzle) -> str:
         """The command for the next hint, or for all of them once each was seen."""
         stored = (self.progress or {}).get("puzzles", {}).get(puzzle.id, {}).get("hint", 0)
+        if self.keys:
+            return (f"press h   (hint {stored + 1} of {self.levels})" if stored < self.levels
+                    else f"press h   (hint {self.levels} of {self.levels} again)")
         if stored < self.levels:
             return f"{self.command(puzzle)}   (hint {stored + 1} of {self.levels})"
         return (f"{self.command(puzzle, hint=False)} --hint={self.levels}"
@@ -166,10 +284,8 @@ def summary(screen: Screen, outcome, *, reports=(), cost_table: bool = False,
     if warning:
         lines.append((warning, "yellow"))
     for puzzle_id in outcome.newly_solved:
-        points = screen.puzzles[puzzle_id].points
-        lines.append((f"✓ {puzzle_id}  " + ("solved again" if puzzle_id in outcome.solved_again
-                                            else f"solved · +{points} points"), "green"))
-        lines += [(f"  {line}", "") for line in cost_lines(puzzle_id, reports)]
+        said = screen.solved(puzzle_id, outcome, reports)
+        lines += [(said[0], "green")] + [(line, "") for line in said[1:]]
     if screen.hint is not None and not failing:
         lines += _no_hint_needed(screen, runs)
     if failing:

@@ -103,6 +103,19 @@ def test_a_chapter_that_fails_to_import_scores_zero_and_the_others_still_score(k
     assert all("does not import: SyntaxError" in t["message"] for t in basics)
 
 
+def test_a_typo_scores_zero_for_the_puzzle_that_reads_it_and_nothing_else(kit):
+    solved = (ROOT / "reference" / "basics.py").read_text()
+    kit.write("exercises/basics.py", solved.replace("jnp.sum(x_ref[...], axis=1",
+                                                    "jnp.sum(x_reff[...], axis=1"))
+    result = classroom_result(kit, "exercises/test_basics.py", "-k", "add_one or row_sum")
+    tests = by_id(result["tests"])
+    assert tests["basics.add_one"]["score"] == 10
+    assert tests["basics.row_sum"]["score"] == 0
+    message = tests["basics.row_sum"]["message"]
+    assert "`x_reff` is defined nowhere in this file" in message and "`x_ref`?" in message
+    assert "breaks the rule" not in message
+
+
 def test_a_test_file_that_cannot_be_collected_is_an_error_for_its_puzzles(kit):
     kit.add_toy_chapter(solved=True)
     kit.write("exercises/test_basics.py", "import no_such_module\n")

@@ -150,6 +150,26 @@ def test_the_line_named_is_the_use_not_an_earlier_own_name():
     assert found.line == code.splitlines().index("    return getattr(x, 'y')") + 1
 
 
+# ---------------------------------------------------------------- typos ---
+
+def test_a_name_bound_nowhere_is_a_typo_not_a_rule_break():
+    """A name no scope binds and no builtin has raises NameError where it is read: only
+    the code that reads it fails, so the rule lets the file run and names it a typo,
+    with the names it is closest to; a real builtin off the list is still the rule."""
+    code = HEAD + ("def add_kernel(x_ref, y_ref, o_ref):\n"
+                   "    o_ref[...] = x_ref[...] + y_reff[...]\n\n"
+                   "def scale(x):\n    return x * jnpp.float32(2)\n")
+    assert broken(code) is None
+    found = rules.typos(code)
+    assert [(t.name, t.line, t.matches[:1]) for t in found] == [
+        ("y_reff", HEAD.count("\n") + 2, ("y_ref",)), ("jnpp", HEAD.count("\n") + 5, ("jnp",))]
+    assert found[0].code == "    o_ref[...] = x_ref[...] + y_reff[...]"
+    assert found[0].column == code.splitlines()[found[0].line - 1].index("y_reff")
+    assert rules.typos(HEAD + "def f(x):\n    return bytearray(x)\n") == []
+    assert "`bytearray` is not a builtin" in broken(HEAD + "def f(x):\n    return bytearray(x)\n").rule
+    assert rules.typos(HEAD + "def f(x):\n    return zzz_q\n")[0].matches == ()
+
+
 # ---------------------------------------------------------- the vocabulary ---
 
 def test_the_vocabulary_names_no_module_and_no_mutable_value():
@@ -305,6 +325,26 @@ def test_a_rule_break_fails_the_chapter_with_its_line(kit):
     out = kit.run("exercises/test_basics.py", "-k", "add_one").stdout.str()
     assert "exercises/basics.py:1 breaks the rule for exercise files" in out
     assert "does not run: fix exercises/basics.py first" in out
+
+
+def test_a_typo_fails_only_the_puzzle_whose_code_reads_it_with_the_close_match(kit):
+    solved = (ROOT / "reference" / "basics.py").read_text()
+    kit.write("exercises/basics.py", solved.replace("jnp.sum(x_ref[...], axis=1",
+                                                    "jnp.sum(x_reff[...], axis=1"))
+    out = kit.run("exercises/test_basics.py", "-k", "add_one or row_sum").stdout
+    text = out.str()
+    assert "breaks the rule" not in text
+    lines = out.lines
+    assert "✓ basics.add_one  solved · +10 points" in lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("✗ basics.row_sum"))
+    at = lines[start + 1]
+    assert at.startswith("  at         exercises/basics.py:")
+    assert at.endswith("o_ref[...] += jnp.sum(x_reff[...], axis=1, keepdims=True)")
+    caret = lines[start + 2]
+    assert caret.index("^") == at.index("x_reff") and caret.strip() == "^" * len("x_reff")
+    assert lines[start + 3] == ("  diagnosis  `x_reff` is defined nowhere in this file and "
+                                "is no builtin: a typo?")
+    assert lines[start + 4].strip() == "Did you mean `x_ref`?"
 
 
 WRONG = {"matmul": "k_accumulate_no_reset", "flash": "dense_no_scale",
