@@ -468,7 +468,44 @@ def reordered_grid(call, expected) -> bool:
                 tuple(v) != tuple(visits[n - 1])]
         if len(runs) != len(set(runs)):
             return False
-    return True
+    # The same traffic: run in the puzzle's order (your axes permuted back), no operand
+    # is fetched fewer times than in yours. An input fetched again for each block of
+    # another axis moved inwards (a conv's window per channel block) is not the lesson.
+    yours = _fetches(call, steps)
+    return any(all(a <= b for a, b in zip(yours, _fetches(call, _permuted(steps, order))))
+               for order in _orders(grid, tuple(expected)))
+
+
+def _orders(grid, expected):
+    """The permutations taking the puzzle's axes to yours (axes of one size may swap)."""
+    import itertools
+
+    mine = [d for d, g in enumerate(grid) if g != 1]
+    theirs = [g for g in expected if g != 1]
+    for order in itertools.permutations(mine):
+        if [grid[d] for d in order] == theirs:
+            yield order
+
+
+def _permuted(steps, order):
+    """Your grid's points, visited in the puzzle's order: ``order[k]`` is your axis that
+    is the puzzle's k-th."""
+    keys = [steps[:, d] for d in reversed(order)]    # np.lexsort: last key is primary
+    return steps[np.lexsort(keys)] if keys else steps
+
+
+def _fetches(call, steps) -> tuple:
+    """Per operand, how many times its block changes from one step to the next."""
+    from . import walk
+
+    counts = []
+    for block in call.blocks:
+        try:
+            visits = [tuple(v) for v in walk.index_maps(block, steps, [])]
+        except Exception:
+            return (float("inf"),)
+        counts.append(sum(1 for n, v in enumerate(visits) if n == 0 or v != visits[n - 1]))
+    return tuple(counts)
 
 
 def _grid(program, structure, sources):

@@ -14,7 +14,7 @@ def all_gather_matmul_kernel(x_ref, w_ref, o_ref, blocks, send_sem, recv_sems, j
 
     def multiply(slot):
         start = pl.multiple_of(slot * rows, rows)
-        dummy = pltpu.make_async_copy(x_ref, junk, junk_sem)
+        dummy = pltpu.make_async_copy(blocks.at[slot], junk, junk_sem)
         dummy.start()
         o_ref[pl.ds(start, rows)] = jnp.dot(
             blocks[slot], w_ref[...], preferred_element_type=jnp.float32).astype(o_ref.dtype)
