@@ -125,8 +125,11 @@ def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
     the output written once."""
     if dtype == "float32":
         # The running max moves from block to block, and each row's largest logit sits
-        # in its last column, alone in the last column block.
-        x = rng.normal((R, C), dtype, scale=3.0)
+        # in its last column, alone in the last column block. Rows sit hundreds above
+        # or below zero, as logits do: exp without the max subtracted overflows or
+        # vanishes there.
+        x = rng.normal((R, C), dtype, scale=3.0) + np.linspace(-300, 300, R,
+                                                               dtype=dtype)[:, None]
         x[:, -1] = x.max(axis=1) + 1
     else:
         x = long_tail(rng, R, C, block_cols, dtype)
