@@ -125,8 +125,11 @@ def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
     the output written once."""
     if dtype == "float32":
         # The running max moves from block to block, and each row's largest logit sits
-        # in its last column, alone in the last column block.
-        x = rng.normal((R, C), dtype, scale=3.0)
+        # in its last column, alone in the last column block. Rows sit hundreds above
+        # or below zero, as logits do: exp without the max subtracted overflows or
+        # vanishes there.
+        x = rng.normal((R, C), dtype, scale=3.0) + np.linspace(-300, 300, R,
+                                                               dtype=dtype)[:, None]
         x[:, -1] = x.max(axis=1) + 1
     else:
         x = long_tail(rng, R, C, block_cols, dtype)
@@ -262,8 +265,7 @@ def test_rms_forward(R, D, block_rows, dtype, eps, rng):
 @puzzle("norms.rms_backward")
 @pytest.mark.parametrize("R, D, block_rows, dtype", [
     pytest.param(17, 256, 8, "float32", id="R=17 D=256 block_rows=8 (the last block 1 row)"),
-    pytest.param(44, 128, 8, "bfloat16",
-                 id="R=44 D=128 block_rows=8 bf16 (6 row blocks, the last 4 rows)"),
+    pytest.param(48, 128, 8, "bfloat16", id="R=48 D=128 block_rows=8 bf16 (6 row blocks)"),
     pytest.param(8192, 4096, 64, "bfloat16", id="R=8192 D=4096 bf16-tpu", marks=on_tpu),
 ])
 def test_rms_backward(R, D, block_rows, dtype, rng):
