@@ -28,12 +28,12 @@ The chips' figures, with their public sources:
 * TPU v5e: 197 TFLOP/s bf16, 394 TOP/s int8, 819 GB/s HBM, 4 MXUs of 128 x 128 per
   TensorCore: https://cloud.google.com/tpu/docs/v5e and
   https://cloud.google.com/tpu/docs/system-architecture-tpu-vm (also JAX's own table,
-  ``jax._src.tpu_info``, ``get_tpu_info_for_chip``);
+  ``jax.experimental.pallas.tpu.get_tpu_info_for_chip``);
 * TPU v6e: 918 TFLOP/s bf16, 1836 TOP/s int8, 1640 GB/s, MXUs of 256 x 256:
   https://cloud.google.com/tpu/docs/v6e;
 * neither page gives an int4 or fp8 rate: int4 and fp8 operands are priced at the int8
   rate (the MXU takes them packed; their bytes count at their packed size);
-* VMEM: 128 MiB per core (``jax._src.tpu_info``); what a kernel gets without asking
+* VMEM: 128 MiB per core (``pltpu.get_tpu_info_for_chip``); what a kernel gets without asking
   (``pltpu.CompilerParams(vmem_limit_bytes=...)``) is the compiler's scoped default,
   16 MiB on v5e and 32 MiB on v6e (the Pallas TPU pipelining guide,
   https://docs.jax.dev/en/latest/pallas/tpu/pipelining.html, "TPUs and VMEM");
