@@ -30,6 +30,8 @@ class Finding:
     facts: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     where: str = ""  # "exercises/basics.py:12" when a source line is known
     detail: str = ""  # what exactly: the primitive of an "outside" finding
+    alike: list[str] = dataclasses.field(default_factory=list)  # kinds this input cannot
+    # tell from this one (each a known wrong answer the output equals as well)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -38,7 +40,7 @@ class Finding:
     def from_dict(cls, data: dict) -> "Finding":
         return cls(kind=data["kind"], says=data["says"],
                    facts=[tuple(f) for f in data["facts"]], where=data["where"],
-                   detail=data.get("detail", ""))
+                   detail=data.get("detail", ""), alike=list(data.get("alike", [])))
 
 
 # ---------------------------------------------------------------- arrays ---
@@ -84,10 +86,13 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
     tail = grid.tail_axis(bad) if grid is not None else None
     facts += _error_rows(y, e, bad, nan, grid)
 
-    for key, wrong_answer in (likely or {}).items():
-        if wrong_answer.shape == expected.shape and _agrees(y, _f64(wrong_answer), tolerance):
-            findings.insert(0, Finding(key, f"your {name} matches a known wrong answer "
-                                            f"({key.replace('_', ' ')})."))
+    matched = [key for key, wrong_answer in (likely or {}).items()
+               if wrong_answer.shape == expected.shape
+               and _agrees(y, _f64(wrong_answer), tolerance)]
+    if matched:   # shown: the output is that mistake's output (on this input, each of them)
+        findings.insert(0, Finding(matched[0], f"your {name} matches a known wrong answer "
+                                               f"({matched[0].replace('_', ' ')}).",
+                                   alike=matched[1:]))
     if grid is not None and not nan.any() and grid.carried(y, e, tolerance):
         findings.append(Finding("carried", (
             "each output block starts where the previous one ended: the accumulator is "
@@ -1203,6 +1208,12 @@ def render(findings: list[Finding], words: dict[str, str] | None = None,
     kinds = [first.kind] + ([_BROADER[first.kind]] if broader else [])
     keys = [k for kind in kinds for k in (f"{kind}:{output}", f"{kind}:{first.detail}", kind)]
     chosen = next((words[k] for k in keys if k in words), first.says)
+    if first.alike:   # several known mistakes give this very output: each is possible
+        said = [chosen] + [words.get(f"{k}:{output}", words.get(k, k.replace("_", " ")))
+                           for k in first.alike]
+        chosen = "\n".join([f"your {output or 'output'} is exactly what {len(said)} known "
+                             "mistakes give on this input, which cannot tell them apart; "
+                             "one of these:"] + [f"({n}) {s}" for n, s in enumerate(said, 1)])
     lines = []
     for label, text in rows + [("diagnosis", chosen)]:
         lines += row(label, text)

@@ -175,6 +175,19 @@ def test_known_wrong_answer_comes_first_and_takes_the_puzzle_words(x):
     assert "diagnosis  rows inside a block keep their order" in out
 
 
+def test_two_known_wrong_answers_this_input_cannot_separate_are_both_offered(x):
+    """The kit has shown only that the output is what either mistake gives: naming one
+    of them as the cause would be a guess (splash.compact, padding 0 or repeated, on a
+    table whose only padding row starts it)."""
+    wrong = x[::-1].copy()
+    findings = compare(wrong, x, likely={"zero": wrong, "repeat": wrong, "other": x * 2})
+    assert kinds(findings)[0] == "zero" and findings[0].alike == ["repeat"]
+    out = text(findings, {"zero": "padding names block 0.", "repeat": "padding repeats."})
+    assert "exactly what 2 known mistakes give on this input" in out
+    assert "(1) padding names block 0." in out and "(2) padding repeats." in out
+    assert diagnose.Finding.from_dict(findings[0].to_dict()).alike == ["repeat"]
+
+
 def test_a_known_wrong_answer_with_nan_matches_nan_at_the_same_places(x):
     wrong = x.copy()
     wrong[:4] = np.nan   # rows where the wrong kernel divides 0 by 0

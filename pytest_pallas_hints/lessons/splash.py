@@ -513,6 +513,12 @@ def random_categories(rng, heads, nq, nkv, empty_rows):
     if heads and empty_rows:
         categories[0, 0] = EMPTY   # a table that starts with nothing to visit
     categories[-1, :, -1] = EMPTY  # the tables' last block is never the last visit
+    kept = [r for r in range(nq) if categories[-1, r].any()]
+    if len(kept) >= 2 and nkv >= 3:   # padding after a visit to a block other than 0,
+        short, long = kept[:2]        # in a row shorter than another: padding left at 0
+        categories[-1, short] = EMPTY  # and padding that repeats the visit differ there
+        categories[-1, short, nkv - 2] = PARTIAL
+        categories[-1, long, :2] = np.maximum(categories[-1, long, :2], PARTIAL)
     if nq == nkv == 1:
         categories[...] = PARTIAL
     if not heads:
