@@ -231,7 +231,7 @@ def _nan_finding(nan: np.ndarray, bad: np.ndarray, grid, tail: int | None,
         return Finding("nan", (
             f"the NaNs sit in the last block along dim {tail}, which hangs off the end of "
             "the array. Rows past the end hold garbage (NaN in interpret mode): mask them "
-            "with iota + program_id and jnp.where (NaN * 0 is still NaN)."))
+            "with iota + program_id and jnp.where (NaN * 0 is still NaN)."), detail="tail")
     if grid is not None and grid.count > 1:
         wrong = grid.wrong(bad)
         if 0 < wrong.sum() < grid.count and grid.wrong(nan).sum() == wrong.sum() \
@@ -1197,16 +1197,20 @@ _BROADER = {"never_stored": "nan", "unwritten": "nan"}
 def render(findings: list[Finding], words: dict[str, str] | None = None,
            output: str | None = None) -> list[str]:
     """Fact rows, then one ``diagnosis`` sentence for the most specific finding (the
-    first): the puzzle's own words for its kind if it has them ("kind:output", e.g.
-    "blocks:dq", or "kind:detail", e.g. "outside:rev", before "kind"; then the same for
-    the broader kind, "nan" for "never_stored"), else the engine's."""
+    first): the puzzle's own words for its kind if it has them ("kind:output:detail",
+    e.g. "nan:dscale:tail", then "kind:output", e.g. "blocks:dq", or "kind:detail", e.g.
+    "outside:rev", before "kind"; then the same for the broader kind, "nan" for
+    "never_stored"), else the engine's. A detail is what the kit has shown (the NaNs sit
+    in a block that hangs off the array: "tail"), so words keyed by it may name a cause
+    that words keyed by the symptom alone may only ask about."""
     if not findings:
         return []
     rows = [row for f in findings for row in f.facts]
     first, words = findings[0], words or {}
     broader = first.kind in _BROADER and first.detail != "no_store"
     kinds = [first.kind] + ([_BROADER[first.kind]] if broader else [])
-    keys = [k for kind in kinds for k in (f"{kind}:{output}", f"{kind}:{first.detail}", kind)]
+    keys = [k for kind in kinds for k in (f"{kind}:{output}:{first.detail}", f"{kind}:{output}",
+                                          f"{kind}:{first.detail}", kind)]
     chosen = next((words[k] for k in keys if k in words), first.says)
     if first.alike:   # several known mistakes give this very output: each is possible
         said = [chosen] + [words.get(f"{k}:{output}", words.get(k, k.replace("_", " ")))

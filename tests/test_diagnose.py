@@ -188,6 +188,22 @@ def test_two_known_wrong_answers_this_input_cannot_separate_are_both_offered(x):
     assert diagnose.Finding.from_dict(findings[0].to_dict()).alike == ["repeat"]
 
 
+def test_words_keyed_by_what_was_shown_come_before_words_keyed_by_the_symptom():
+    """NaN in a block that hangs off the array is shown (detail "tail"): a puzzle's
+    "nan:out:tail" words may name the mask; its "nan:out" words serve every other NaN."""
+    expected = np.ones((20, 4), np.float32)
+    tail = expected.copy()
+    tail[16:] = np.nan
+    words = {"nan:out:tail": "mask rows past R.", "nan:out": "was a scratch read first?"}
+    findings = compare(tail, expected, blocks=(8, 4), name="out")
+    assert findings[0].detail == "tail"
+    assert "mask rows past R." in "\n".join(render(findings, words, "out"))
+    inside = expected.copy()
+    inside[:8] = np.nan
+    out = "\n".join(render(compare(inside, expected, blocks=(8, 4), name="out"), words, "out"))
+    assert "was a scratch read first?" in out and "mask rows" not in out
+
+
 def test_a_known_wrong_answer_with_nan_matches_nan_at_the_same_places(x):
     wrong = x.copy()
     wrong[:4] = np.nan   # rows where the wrong kernel divides 0 by 0
