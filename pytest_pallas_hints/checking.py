@@ -934,7 +934,7 @@ def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | No
         raise Diagnosed("work_unused", (
             f"{yours - used:,} of the {yours:,} dot flops your kernels execute compute "
             "results that never reach an output (multiplied by zero, dropped by a "
-            "jnp.where, overwritten, or never stored): only work whose result is used "
+            "jnp.where, added and subtracted again, overwritten, or never stored): only work whose result is used "
             "counts. Compute each product the result needs, and use it."),
             [("work", f"dot flops executed: {yours:,} · reaching an output: {used:,} · "
                       f"needed {flops:,}")])

@@ -70,6 +70,9 @@ class Uses:
     reached: set = dataclasses.field(default_factory=set)     # marks that reached an output
     stored: dict = dataclasses.field(default_factory=dict)    # ref mark -> runs stored in it
     marks: dict = dataclasses.field(default_factory=dict)     # jaxpr variable -> marks
+    terms: dict = dataclasses.field(default_factory=dict)     # jaxpr variable -> {variable:
+    #   coefficient}: a sum of other variables' values (add, sub, neg, a cast, a constant
+    #   factor), so that (x + d) - d keeps x's marks and drops d's
     refs: int = 0                                             # ref marks handed out
 
     def run(self, flops: int, device: int | None, in_flight: bool) -> int:
@@ -397,6 +400,18 @@ def _zeros(value) -> bool:
         return False
 
 
+def _exact_cast(eqn) -> bool:
+    """A cast that keeps every value: float to a float as wide or wider."""
+    source, target = eqn.invars[0].aval.dtype, eqn.outvars[0].aval.dtype
+    import jax.numpy as jnp
+    return (jnp.issubdtype(source, jnp.floating) and jnp.issubdtype(target, jnp.floating)
+            and jnp.dtype(target).itemsize >= jnp.dtype(source).itemsize)
+
+
+def _scalar_literal(v) -> bool:
+    return jaxcompat.is_literal(v) and np.ndim(v.val) == 0
+
+
 def _whole(index, shape) -> bool:
     """Whether an index (``jaxcompat.ref_indices``) names every element of a ref."""
     if index is None or shape is None:
@@ -558,6 +573,10 @@ class Walk:
             self._set_marks(eqn.outvars, [old] * len(eqn.outvars))
             return
         out = NONE.union(*ins)
+        terms = self._terms(eqn)
+        if terms is not None:   # a sum of values: only those whose coefficients are left
+            known = self.uses.marks
+            out = NONE.union(*(known.get(v, NONE) for v in terms))
         if name == "dot_general":
             out = out | {self._dot_run}
         if name in ("dot_general", "mul") and any(_zeros(v) for v in values):
@@ -569,6 +588,40 @@ class Walk:
             picked = {int(k) for k in np.unique(np.asarray(values[0], np.int64))}
             out = NONE.union(*(ins[1 + k] for k in picked if 0 <= k < len(ins) - 1))
         self._set_marks(eqn.outvars, [out] * len(eqn.outvars))
+
+    def _terms(self, eqn) -> dict | None:
+        """``eqn``'s output as a sum of other variables' values with their coefficients
+        (Uses.terms), for add, sub, neg, an exact cast (a float widened: x - x.astype(bf16)
+        is a rounding error, not zero) and a product with a constant scalar;
+        None for any other equation. A variable no sum made is its own term; a literal
+        term is a constant, computed from nothing."""
+        name, invars = eqn.primitive.name, eqn.invars
+        known = self.uses.terms
+
+        def terms_of(v):
+            return {} if jaxcompat.is_literal(v) else known.get(v, {v: 1.0})
+
+        if name in ("add", "add_any", "sub") and len(invars) == 2:
+            sign = -1.0 if name == "sub" else 1.0
+            out = dict(terms_of(invars[0]))
+            for v, c in terms_of(invars[1]).items():
+                out[v] = out.get(v, 0.0) + sign * c
+        elif name in ("neg", "copy", "copy_p") or (name == "convert_element_type"
+                                                   and _exact_cast(eqn)):
+            scale = -1.0 if name == "neg" else 1.0
+            out = {v: scale * c for v, c in terms_of(invars[0]).items()}
+        elif name == "mul" and len(invars) == 2 and any(map(_scalar_literal, invars)):
+            factor = float(next(v.val for v in invars if _scalar_literal(v)))
+            other = next(v for v in invars if not _scalar_literal(v)) \
+                if not all(map(_scalar_literal, invars)) else None
+            out = {v: factor * c for v, c in terms_of(other).items()} if other else {}
+        else:
+            return None
+        out = {v: c for v, c in out.items() if c != 0.0}
+        if len(out) > 16:   # too long a sum to follow: a term of its own
+            return None
+        known[eqn.outvars[0]] = out
+        return out
 
     def equation(self, eqn, values):
         """The outputs of ``eqn``: a list, or, for control flow and waits, a generator

@@ -527,8 +527,12 @@ def matmul_steps(how):
             product = product + (decoy - decoy)
         elif how == "dropped_by_where":
             product = product + jnp.where(k < 0, decoy, 0.0)
+        elif how == "added_and_subtracted":
+            product = (product + 2.0 * decoy) - decoy * 2.0
+        elif how == "rounding_error":     # not zero: what bf16 loses of the decoy
+            product = product + (decoy - decoy.astype(jnp.bfloat16).astype(jnp.float32))
         elif how == "used_at_one_step":   # the decoy enters the output at step 0 only
-            product = jnp.where(k == 0, product + decoy - decoy, product)
+            product = jnp.where(k == 0, product + decoy, product)
         elif how == "state":              # read at the next step: the last update is dead
             product = product + junk_ref[...] * 0.5
             junk_ref[...] = decoy
@@ -554,7 +558,8 @@ DOT = 2 * 8 * 128 * 128   # one (8, 128) x (128, 128) dot
 
 @pytest.mark.parametrize("how, used", [
     ("times_zero", 2), ("never_stored", 2), ("minus_itself", 2), ("dropped_by_where", 2),
-    ("used_at_one_step", 3), ("state", 4)])
+    ("added_and_subtracted", 2), ("rounding_error", 4), ("used_at_one_step", 3),
+    ("state", 4)])
 def test_work_counts_when_its_result_reaches_an_output(how, used):
     ran = measure(matmul_steps(how), A, B, structure=None)
     assert ran.work == 4 * DOT and ran.used_work == used * DOT
