@@ -33,6 +33,32 @@ class ChapterImportError(Exception):
                          f"{type(error).__name__}: {getattr(error, 'msg', None) or error}")
 
 
+class MissingFunction(AttributeError):
+    """A test called a function the learner's chapter file no longer defines (renamed
+    or deleted): the learner's to fix, said with the names it holds that are close."""
+    pallas_learner = True
+
+    def __init__(self, path: Path, name: str, defined):
+        import difflib
+
+        self.path, self.function = path, name
+        self.close = difflib.get_close_matches(name, [d for d in defined
+                                                      if not d.startswith("_")], n=1)
+        super().__init__(f"{path.parent.name}/{path.name} defines no `{name}`")
+
+    def findings(self):
+        from .diagnose import Finding
+
+        where = f"{self.path.parent.name}/{self.path.name}"
+        close = f" Did you rename it to `{self.close[0]}`?" if self.close else ""
+        return [Finding("missing_function", (
+            f"{where} has no `{self.function}`: the tests call the functions of the stub by "
+            f"their names, so a renamed or deleted one cannot be judged.{close} Keep the "
+            "name and the parameters the stub gave it (git diff shows what changed); "
+            "helpers of your own may have any other name."),
+            [("missing", f"{self.function} (called by the tests, defined nowhere in {where})")])]
+
+
 class ChapterRuleBroken(ChapterImportError):
     """The learner's chapter file breaks the rule for exercise files (rules.py): it is
     not run at all."""
@@ -71,7 +97,18 @@ def chapter(name: str) -> types.ModuleType:
                 _execute(patch, module_name, into=module)
     except Exception as error:  # any import failure, SyntaxError included
         return _BrokenChapter(module_name, ChapterImportError(path, error))
+    module.__getattr__ = _missing(path, module)
     return module
+
+
+def _missing(path: Path, module: types.ModuleType):
+    """A chapter module's ``__getattr__`` (called only for names it lacks): a
+    public name the tests ask for is a function the learner renamed or deleted."""
+    def missing(name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise MissingFunction(path, name, list(vars(module)))
+    return missing
 
 
 def stubs(path: Path) -> dict[str, int]:

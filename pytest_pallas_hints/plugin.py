@@ -597,6 +597,8 @@ def _findings(excinfo, root: Path):
     try:
         if _kit_fault(error, frames):
             return [diagnose.kit_error(error, frames)], None, None
+        if isinstance(error, chapters.MissingFunction):   # renamed or deleted: no output
+            return error.findings(), None, None
         if callable(getattr(error, "findings", None)):  # Mismatch, TooMuchTraffic
             expected = getattr(error, "expected", None)
             name = getattr(error, "name", "output")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_pallas_hints import rules
+from tests.test_chapters import flat
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ("import functools\nimport jax\nimport jax.numpy as jnp\nimport numpy as np\n"
@@ -345,6 +346,16 @@ def test_a_typo_fails_only_the_puzzle_whose_code_reads_it_with_the_close_match(k
     assert lines[start + 3] == ("  diagnosis  `x_reff` is defined nowhere in this file and "
                                 "is no builtin: a typo?")
     assert lines[start + 4].strip() == "Did you mean `x_ref`?"
+
+
+def test_a_renamed_function_fails_its_puzzle_as_the_learners_not_the_kits(kit):
+    solved = (ROOT / "reference" / "basics.py").read_text()
+    kit.write("exercises/basics.py", solved.replace("def add_one(x", "def add_onez(x"))
+    out = kit.run("exercises/test_basics.py", "-k", "add_one or row_sum").stdout.str()
+    assert "kit problem" not in out and "✗ basics.add_one  [" in out
+    assert "exercises/basics.py has no `add_one`" in flat(out)
+    assert "Did you rename it to `add_onez`?" in flat(out)
+    assert "✓ basics.row_sum" in out
 
 
 WRONG = {"matmul": "k_accumulate_no_reset", "flash": "dense_no_scale",
