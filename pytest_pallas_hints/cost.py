@@ -62,6 +62,7 @@ The chips' figures, with their public sources:
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from . import footprint
 
@@ -82,6 +83,7 @@ class Chip:
     step: float          # seconds of fixed overhead per grid step
     memory: str = "VMEM"
     estimated: tuple = ("vector",)   # figures derived, not published
+    unit: str = "MXU"    # what runs the dots
 
     @property
     def bf16(self) -> float:
@@ -112,7 +114,7 @@ CHIPS = {
                         "fp32": 67e12},
                  hbm=3.35e12, vmem=228 * 1024, scoped=227 * 1024, mxu=0, rows=64,
                  vector=67e12, transcendental=16 * 132 * 1.98e9, step=0.0, memory="SMEM",
-                 estimated=()),
+                 estimated=(), unit="tensor cores"),
 }
 TPUS = ("v5e", "v6e")
 
@@ -191,19 +193,19 @@ class KernelCost:
         return self.steps * chip.step
 
     def parts(self, chip: Chip) -> dict[str, float]:
-        return {"MXU": self.mxu_seconds(chip), "vector": self.vector_seconds(chip),
+        return {chip.unit: self.mxu_seconds(chip), "vector": self.vector_seconds(chip),
                 "HBM": self.memory_seconds(chip), "steps": self.overhead_seconds(chip)}
 
     def bound(self, chip: Chip) -> tuple[float, str]:
         """(a lower bound on the time, what bounds it: "compute-bound", "vector-bound",
         "overhead-bound" or "memory-bound")."""
         p = self.parts(chip)
-        core = max(p["MXU"], p["vector"]) + p["steps"]
+        core = max(p[chip.unit], p["vector"]) + p["steps"]
         if p["HBM"] >= core:
             return p["HBM"], "memory-bound"
-        if p["steps"] > max(p["MXU"], p["vector"]):
+        if p["steps"] > max(p[chip.unit], p["vector"]):
             return core, "overhead-bound"
-        return core, "compute-bound" if p["MXU"] >= p["vector"] else "vector-bound"
+        return core, "compute-bound" if p[chip.unit] >= p["vector"] else "vector-bound"
 
     def line(self, chip: Chip) -> str:
         """'on TPU v5e: >= 41 µs (memory-bound, 12 flop/B), VMEM 3.1 of 16 MiB'."""
@@ -269,6 +271,8 @@ def of(measured, whose: str = "", config: str = "") -> list[KernelCost]:
 
 
 def _cost(call, counts, operands, steps, whose, config, projected) -> KernelCost:
+    if call.backend == "mosaic_gpu":
+        return _gpu_cost(call, counts, steps, whose, config)
     return KernelCost(
         call.name, dict(counts.dot_flops), counts.elementwise,
         sum(op.bytes for op in operands), footprint.on_chip(call),
@@ -276,6 +280,35 @@ def _cost(call, counts, operands, steps, whose, config, projected) -> KernelCost
         transcendental=counts.transcendental, steps=steps,
         operands=tuple((op.name, op.direction, op.bytes, op.array_bytes) for op in operands),
         backend=call.backend, whose=whose, config=config, projected=projected)
+
+
+def _gpu_cost(call, counts, steps, whose, config) -> KernelCost:
+    """A Mosaic GPU kernel's cost: its wgmmas and TMA copies, as the walk of its
+    integers counts them over every block (``gpu_walk``); none where it cannot."""
+    from . import gpu_walk, jaxcompat
+
+    found = gpu_walk.walk(call)
+    names = [b.name for b in call.blocks] or jaxcompat.kernel_arg_names(call)
+    dots = found.dots if found is not None else {}
+    flops: dict[str, int] = {}
+    for ((b, m, k, n), dtypes, _), times in dots.items():
+        flops[dtypes[0]] = flops.get(dtypes[0], 0) + times * 2 * b * m * k * n
+    invars = call.kernel.invars
+    operands = tuple(
+        (names[position] if position < len(names) and names[position].isidentifier()
+         else f"input {position}" if position < call.num_inputs
+         else f"output {position - call.num_inputs}",
+         direction, nbytes,
+         math.prod(invars[position].aval.shape) * invars[position].aval.dtype.itemsize)
+        for (position, direction), (nbytes, _) in sorted(
+            (found.copies if found is not None else {}).items(), key=str)
+        if position is not None)
+    return KernelCost(
+        call.name, flops, counts.elementwise, sum(op[2] for op in operands),
+        footprint.on_chip(call), dots=tuple(
+            (tuple(s), tuple(d), p, t) for (s, d, p), t in dots.items()),
+        transcendental=counts.transcendental, steps=steps, operands=operands,
+        backend=call.backend, whose=whose, config=config, projected=False)
 
 
 def project(traced, args: tuple, whose: str, config: str) -> list[KernelCost]:
@@ -333,13 +366,21 @@ def _together(costs: list[KernelCost]) -> KernelCost:
                       projected=costs[0].projected)
 
 
+def priced_on(costs) -> str:
+    """The chips a table of costs is priced on, in words: "a TPU", "an H100" or both."""
+    backends = {c.backend == "mosaic_gpu" for c in costs}
+    return " and ".join(words for gpu, words in ((False, "a TPU"), (True, "an H100"))
+                        if gpu in backends) or "a TPU"
+
+
 def table(rows: list[tuple[str, KernelCost]]) -> list[str]:
     """--cost: per kernel run, (label, cost) each: the label, the kernel's counts, and
     per chip its times (MXU, vector, HBM, step overhead) and the bound."""
     lines = []
     for label, c in rows:
         lines.append(label)
-        lines.append(f"  {c.kernel}(): {_count(c.flops, 'FLOP')} on the MXU · "
+        unit = CHIPS[chips_for(c.backend)[0]].unit
+        lines.append(f"  {c.kernel}(): {_count(c.flops, 'FLOP')} on the {unit} · "
                      f"{_count(c.elementwise, 'element')} on the vector unit · "
                      f"{c.steps:,} grid steps")
         lines.append(f"    HBM {_bytes(c.bytes)}{_against(c)} · "
@@ -358,7 +399,7 @@ def table(rows: list[tuple[str, KernelCost]]) -> list[str]:
                          f"(ridge {chip.ridge:.3g} flop/B)")
         first = CHIPS[chips_for(c.backend)[0]]
         lines += [f"  ! {w}" for w in (c.warning(first),) if w]
-    lines.append("bounds: the larger of the core's time (MXU or vector work, whichever is "
+    lines.append("bounds: the larger of the core's time (dot or vector work, whichever is "
                  "longer, plus the overhead of every grid step) and HBM bytes at the "
                  "chip's bandwidth; a lower bound. Vector rates are estimates. "
                  "Sources: pytest_pallas_hints/cost.py")

@@ -73,7 +73,10 @@ LANES, SUBLANES = 128, 8     # a VMEM tile of 32-bit values (see the module docs
 
 def on_chip(call) -> Footprint:
     """The VMEM ``call``'s kernel takes on a TPU: ``pl.Buffered`` honoured, every buffer
-    padded to whole (8, 128) tiles (sublanes packed for narrow dtypes)."""
+    padded to whole (8, 128) tiles (sublanes packed for narrow dtypes); for a Mosaic GPU
+    kernel, the shared memory (SMEM) of one block: its scratch and scoped buffers."""
+    if call.backend == "mosaic_gpu":
+        return _shared_memory(call)
     parts = []
     for block in call.blocks:
         if block.space not in ("vmem", "", "default"):
@@ -93,6 +96,21 @@ def on_chip(call) -> Footprint:
     return Footprint(call.name, tuple(sorted(parts, key=lambda p: -p[1])))
 
 
+def _shared_memory(call) -> Footprint:
+    names = _scratch_names(call)
+    parts = [(names[n] if n < len(names) else f"scratch {n}", _bytes(aval))
+             for n, aval in enumerate(call.scratch) if _in_smem(aval)]
+    scoped = _scoped(call.kernel, in_space=_in_smem)
+    if scoped:
+        parts.append(("scoped buffers (pipelines' slots)", scoped))
+    return Footprint(call.name, tuple(sorted(parts, key=lambda p: -p[1])))
+
+
+def _in_smem(aval) -> bool:
+    return jaxcompat.memory_space(aval) == "smem" and hasattr(aval, "shape") \
+        and hasattr(aval, "dtype") and "barrier" not in str(aval.dtype).lower()
+
+
 def padded(shape: tuple, dtype) -> int:
     """Bytes of an array of ``shape`` in VMEM: its last dim padded to 128 lanes, the one
     before to 8 sublanes times the values a 32-bit sublane packs (2 for bfloat16, 4 for
@@ -110,19 +128,21 @@ def padded(shape: tuple, dtype) -> int:
     return lead * rows * cols * bits // 8
 
 
-def _scoped(jaxpr, size=None) -> int:
-    """The most VMEM that run_scoped allocations hold at one moment inside ``jaxpr``."""
+def _scoped(jaxpr, size=None, in_space=None) -> int:
+    """The most VMEM (or the memory ``in_space`` picks) that run_scoped allocations
+    hold at one moment inside ``jaxpr``."""
+    in_space = in_space or _in_vmem
     most = 0
     for eqn in jaxpr.eqns:
         view = jaxcompat.control(eqn)
         if isinstance(view, jaxcompat.Scoped):
             inner, _ = view.body
             mine = sum((size(v.aval.shape, v.aval.dtype) if size else _bytes(v.aval))
-                       for v in inner.invars if _in_vmem(v.aval))
-            most = max(most, mine + _scoped(inner, size))
+                       for v in inner.invars if in_space(v.aval))
+            most = max(most, mine + _scoped(inner, size, in_space))
         else:
             for inner, _ in jaxcompat.parts(eqn):
-                most = max(most, _scoped(inner, size))
+                most = max(most, _scoped(inner, size, in_space))
     return most
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import operator
 
 from . import jaxcompat
@@ -82,6 +83,10 @@ class GpuWalk:
     #                      copies into SMEM from that kernel operand (its position)}
     roles: dict = dataclasses.field(default_factory=dict)     # thread -> Role, over
     #                      every block
+    dots: dict = dataclasses.field(default_factory=dict)      # ((1, M, K, N), (a's dtype,
+    #                      b's dtype), "default") -> wgmmas of that shape, every block
+    copies: dict = dataclasses.field(default_factory=dict)    # (kernel operand position,
+    #                      "read" or "written") -> [bytes, TMA copies], every block
 
 
 @dataclasses.dataclass
@@ -217,12 +222,18 @@ class _Kernel:
         axes = list(self.call.axes)
         threads = self.call.threads if self.call.threads > 1 else 1
         thread_axis = axes.pop()[0] if threads > 1 and axes else None
-        wgmmas, stuck, unwaited, fetched = {}, [], [], {}
+        wgmmas, stuck, unwaited, fetched, dots, copies = {}, [], [], {}, {}, {}
         roles = {number: Role() for number in range(threads)}
         for block in itertools.product(*(range(size) for _, size in axes)):
             where = {name: index for (name, _), index in zip(axes, block)}
             found = _Block(self, where, thread_axis, threads).run()
             wgmmas[block], fetched[block] = found.wgmmas, found.fetched
+            for key, times in found.dots.items():
+                dots[key] = dots.get(key, 0) + times
+            for key, (nbytes, times) in found.copies.items():
+                total = copies.setdefault(key, [0, 0])
+                total[0] += nbytes
+                total[1] += times
             for number, role in found.roles.items():
                 total = roles[number]
                 total.copies_in += role.copies_in
@@ -234,7 +245,7 @@ class _Kernel:
             if found.unwaited and not unwaited:
                 unwaited = found.unwaited
         return GpuWalk(wgmmas, self.refills, stuck, unwaited, list(self.outside.values()),
-                       fetched, roles)
+                       fetched, roles, dots, copies)
 
 
 class _Block:
@@ -246,6 +257,8 @@ class _Block:
         self.arrivals: dict = {}     # barrier key -> arrivals
         self.arrived_by: dict = {}   # barrier key -> the last barrier_arrive
         self.wgmmas = 0
+        self.dots: dict = {}         # as GpuWalk.dots, this block's
+        self.copies: dict = {}       # as GpuWalk.copies, this block's
         self.fetched: dict = {}      # kernel operand -> copies into SMEM from it
         self.roles = {number: Role() for number in range(threads)}
         self.stuck: list = []
@@ -404,6 +417,27 @@ class _Thread:
                 if isinstance(ref, _Ref)]
         self.pending.append((eqn, keys))
         self.block.wgmmas += 1
+        try:   # its work, for the cost (a layout this JAX builds otherwise: not counted)
+            (m, n), a = layout.window("acc"), layout.window("a")
+        except Exception:
+            return
+        dtypes = tuple(str(layout.eqn.invars[layout.refs[layout.names.index(name)]].aval.dtype)
+                       for name in ("a", "b"))
+        key = ((1, m, math.prod(a) // m, n), dtypes, "default")
+        self.block.dots[key] = self.block.dots.get(key, 0) + 1
+
+    def _copied(self, eqn, layout, gmem: str, ins, direction: str):
+        """A TMA copy's bytes, on the GMEM operand it reads or writes."""
+        root = getattr(layout.ref(gmem, ins), "root", None)
+        aval = eqn.invars[layout.refs[layout.names.index(gmem)]].aval
+        try:   # a window this JAX builds otherwise: not counted
+            nbytes = math.prod(layout.window(gmem)) * aval.dtype.itemsize
+        except Exception:
+            return
+        key = (root[1] if root and root[0] == "in" else None, direction)
+        total = self.block.copies.setdefault(key, [0, 0])
+        total[0] += nbytes
+        total[1] += 1
 
     def _retire(self, left: int, eqn):
         self.pending = self.pending[len(self.pending) - left:] if left > 0 else []
@@ -414,6 +448,7 @@ class _Thread:
         if layout.skipped(ins):
             return
         self._window(eqn, layout, "src", ins)
+        self._copied(eqn, layout, "src", ins, "read")
         role = self.block.roles[self.number]
         role.copies_in += 1
         role.first_copy = role.first_copy or eqn
@@ -436,6 +471,7 @@ class _Thread:
         layout = jaxcompat.gpu_refs(eqn)
         if not layout.skipped(ins):
             self._window(eqn, layout, "dst", ins)
+            self._copied(eqn, layout, "dst", ins, "written")
 
     def _window(self, eqn, layout, name: str, ins):
         """Notes a copy whose GMEM window (its ref ``name``) leaves its ref."""

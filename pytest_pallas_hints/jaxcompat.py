@@ -634,6 +634,17 @@ class GpuRefs:
         """The whole shape of ref ``name`` (before its transforms)."""
         return tuple(self.eqn.invars[self.refs[self.names.index(name)]].aval.shape)
 
+    def window(self, name: str) -> tuple:
+        """The shape of what ref ``name`` names after its transforms (a TMA copy's
+        window, a wgmma's operand tile), from the equation alone: indexers pick, the
+        tiling and swizzling of SMEM rearrange and keep every element."""
+        lo, hi = self.leaves[self.names.index(name)]
+        shape = self.shape(name)
+        for transform in self.transforms(name, [v.aval for v in self.eqn.invars[lo:hi]]):
+            if hasattr(transform, "get_indexer_shape"):   # an NDIndexer (.at[...])
+                shape = tuple(transform.get_indexer_shape())
+        return shape
+
     def skipped(self, values) -> bool:
         """Whether the user's predicate is known to be False (the op does nothing)."""
         return self.predicate is not None and values[self.predicate] is False
@@ -1169,6 +1180,11 @@ def _source(jaxpr) -> tuple:
                                                           "debug_info", None)
     found = re.match(r"\S+ at (.+):(\d+)$", str(getattr(debug, "func_src_info", "") or ""))
     return (found[1], int(found[2])) if found else ()
+
+
+def kernel_arg_names(call) -> list[str]:
+    """The names of a kernel's parameters (x_ref, o_ref, ...), where JAX kept them."""
+    return list(getattr(getattr(call.kernel, "debug_info", None), "arg_names", None) or ())
 
 
 def _operand_names(kernel, mapping) -> list[str]:

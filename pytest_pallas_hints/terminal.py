@@ -309,7 +309,8 @@ def summary(screen: Screen, outcome, *, reports=(), cost_table: bool = False,
         lines.append(("the grid's walk", "sep-"))
         lines += [(line, "") for line in walk_lines(screen, reports, html=show == "html")]
     if cost_table:
-        lines.append(("cost on a TPU", "sep-"))
+        lines.append((f"cost on {cost.priced_on(c for r in reports for c in r.cost)}",
+                      "sep-"))
         lines += [(line, "") for line in cost_table_lines(reports)]
     if scoreboard_shown:
         lines.append(("progress", "sep-"))

@@ -307,3 +307,38 @@ def test_a_projected_cost_survives_the_trip_to_the_controller():
     (c,) = _projected(flash.flash_causal, q, q, q, block_q=128, block_kv=128)
     assert c.projected and c.dots and c.operands
     assert cost.KernelCost.from_dict(c.to_dict()) == c
+
+
+def test_a_hopper_matmul_is_priced_on_an_h100():
+    """hopper.matmul, M=128 K=256 N=128 in float16 tiles of 64: Mosaic GPU kernels are
+    priced on the H100 (989 TFLOP/s dense 16-bit on the tensor cores, 3.35 TB/s HBM3),
+    with no per-step overhead charged and shared memory as the on-chip budget."""
+    from tests.test_chapters import unverifiable
+
+    if unverifiable("hopper"):
+        pytest.skip(unverifiable("hopper"))
+    hopper = _reference("hopper")
+    a, b = np.ones((128, 256), jnp.float16), np.ones((256, 128), jnp.float16)
+    from pytest_pallas_hints import runtime
+
+    with runtime.mosaic_gpu(compiled=False):
+        (c,) = cost.of(measure(hopper.matmul, a, b, tile_m=64, tile_n=64, tile_k=64,
+                               max_concurrent_steps=2, structure=None))
+    H100 = cost.CHIPS["h100"]
+    assert c.backend == "mosaic_gpu" and cost.chips_for(c.backend) == ("h100",)
+    # 16 wgmmas of 64 x 64 x 64: 2 x 2 output tiles, 4 K steps each
+    assert c.dots == (((1, 64, 64, 64), ("float16", "float16"), "default", 16),)
+    assert c.flops == c.dot_flops["float16"] == 2 * 128 * 256 * 128
+    # TMA: a's and b's tiles once per output tile that needs them (each array twice),
+    # the output once
+    a_bytes, b_bytes, o_bytes = 128 * 256 * 2, 256 * 128 * 2, 128 * 128 * 2
+    assert c.operands == (("input 0", "read", 2 * a_bytes, a_bytes),
+                          ("input 1", "read", 2 * b_bytes, b_bytes),
+                          ("output 0", "written", o_bytes, o_bytes))
+    assert c.bytes == 2 * a_bytes + 2 * b_bytes + o_bytes == 294_912
+    assert c.mxu_seconds(H100) == pytest.approx(2 * 128 * 256 * 128 / 989e12)   # 8.5 ns
+    assert c.memory_seconds(H100) == pytest.approx(294_912 / 3.35e12)             # 88 ns
+    assert c.overhead_seconds(H100) == 0
+    assert c.bound(H100) == (pytest.approx(294_912 / 3.35e12), "memory-bound")
+    # shared memory: 2 pipeline slots of a's and b's (64, 64) f16 tiles, the output tile
+    assert c.vmem.total == 2 * 2 * 64 * 64 * 2 + 64 * 64 * 2
