@@ -336,7 +336,9 @@ def int4_matmul(x, w_packed, scales, zeros, *, group_size=128, bm=128, bn=128):
 
     Check the arguments (ValueError naming the argument): x float [M, K]; w_packed
     int8 [K // 2, N] for an even K; group_size dividing K, a multiple of 128 (x's
-    blocks are one group wide) or K itself; scales and zeros float32
+    blocks are one group wide, and a block's last dim is a whole number of 128-wide
+    lanes; groups of 32 or 64 would need several groups' scales in one block, which
+    this puzzle leaves out) or K itself; scales and zeros float32
     [K // group_size, N]; bm a positive multiple of 16, bn of 128. Clip bm and bn to
     M and N.
     """
