@@ -11,11 +11,13 @@ It cannot get the puzzle's points, for a reason its docstring states: "grid (N /
 num_visits), num_visits = M // tm + E - 1, static". megablox's grid is (tiles_n,
 num_active_tiles, tiles_k) whose visit axis is num_tiles itself, a traced number
 computed from the group sizes, so that only the real visits run and no step needs a
-pl.when to skip it; the kit reads that grid as (2, None, 1) and says the grid words.
-(A traced grid length is legal on a TPU; the lesson asks for the static one, which
-the metadata puzzle's padding entries exist for. The kit's walk of the grid, its
-work and byte accounting, would also have to read the bound from the metadata at run
-time to judge such a kernel.)"""
+pl.when to skip it. The kit shows that grid as (2, None, 1) (an axis of size 1 is
+no difference) and its words name the axis sized at run time ("grid:traced"). A
+traced grid length is legal on a TPU; the lesson asks for the static one, which the
+metadata puzzle's padding entries exist for. (With the grid check relaxed, its values
+are right; the kit's work and byte accounting would then have to read the bound the
+kernel ran with: program.execute captures a kernel's first num_prefetch operands as
+its scalar prefetch, and a dynamic grid's bounds come before them.)"""
 # Copyright 2024 The JAX Authors.
 #
 # Licensed under the Apache License, Version 2.0 (the "License");
@@ -33,7 +35,7 @@ time to judge such a kernel.)"""
 from jax import lax
 
 PUZZLE = "ragged_dot.aligned"
-EXPECT = "the second axis has a step for every possible visit"
+EXPECT = "this puzzle asks for the static grid (N // tn, M // tm + E - 1)"
 
 partial = functools.partial
 
