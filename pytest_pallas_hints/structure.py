@@ -511,16 +511,19 @@ def _fetches(call, steps) -> tuple:
 def _grid(program, structure, sources):
     for site, grid, expected in _grids(program, structure):
         if not same_grid(grid, expected) and not reordered_grid(site.call, expected):
-            # What the kit has shown, for a puzzle's words on it: the same axes in another
-            # order ("grid:order"), else the first axis that differs ("grid:axis2").
+            # What the kit has shown, for a puzzle's words on it: an axis whose length is
+            # a number traced at run time ("grid:traced", shown as None: megablox's
+            # num_tiles), else the same axes in another order ("grid:order"), else the
+            # first axis that differs ("grid:axis2").
             axis = next((d for d, (a, b) in enumerate(zip(grid, expected)) if a != b), None) \
                 if len(grid) == len(expected) else None
             reordered = sorted(grid, key=str) == sorted(expected, key=str)
+            detail = "traced" if None in grid else "order" if reordered else \
+                "" if axis is None else f"axis{axis}"
             return [Finding("grid", (
                 f"the grid of {site.call.name}() is {grid}, the puzzle's is {expected}: one "
                 "grid step per block along each axis, in the order of the grid."),
-                facts=[("grid", f"expected {expected} · yours {grid}")],
-                detail="order" if reordered else "" if axis is None else f"axis{axis}")]
+                facts=[("grid", f"expected {expected} · yours {grid}")], detail=detail)]
     return []
 
 

@@ -114,6 +114,24 @@ def test_a_grid_finding_names_the_first_axis_that_differs():
         raise AssertionError("a grid of (4, 1) passed for (4, 2)")
 
 
+def test_a_grid_axis_sized_at_run_time_is_named_as_such():
+    """megablox's grid: the visit axis is a traced number (its num_tiles), shown as None;
+    the finding says so ("traced"), not that an axis is in the wrong place."""
+    def traced_steps(x, rows):
+        steps = jnp.minimum(rows // 8, 4)   # integers only: metadata
+        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        return pl.pallas_call(add_one_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(steps,), in_specs=[spec], out_specs=spec)(x)
+
+    try:
+        check_structure(traced_steps, X, np.int32(32),
+                        structure=ADD.where(grid=(4,), outside={"metadata"}))
+    except Diagnosed as failure:
+        assert (failure.kind, failure.findings()[0].detail) == ("grid", "traced")
+    else:
+        raise AssertionError("a grid sized at run time passed for (4,)")
+
+
 def test_the_number_of_kernels():
     def twice(x):
         return call(add_one_kernel, call(add_one_kernel, x) - 1)

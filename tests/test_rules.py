@@ -45,6 +45,7 @@ def test_the_references_and_the_stubs_follow_the_rule(path):
     HEAD + "def f(xs):\n    table = {}\n    table['a'] = [x.T for x in xs]\n"
            "    table.update(b=1)\n    return sorted(table.items())\n",
     HEAD + "def f(id, type):\n    return id + type\n",   # its own names, not the builtins
+    HEAD + "ignore = lambda *_, **__: None\n",   # JAX's Hopper matmul: underscores only
 ])
 def test_what_a_kernel_needs_is_allowed(code):
     assert broken(code) is None
@@ -108,6 +109,7 @@ CASES = {
     "builtin: exec": ("exec('1')\n", "`exec` is not allowed"),
     "builtin: open": ("open('x')\n", "`open` is not allowed"),
     "builtin: __import__": ("m = __import__('os')\n", "dunder names"),
+    "escape: a private name": ("def f(__x):\n    return __x\n", "dunder names"),
     "builtin: type": ("t = type(1)\n", "`type` is not allowed"),
     "builtin: object": ("o = object()\n", "`object` is not allowed"),
     "builtin: hasattr": ("h = hasattr(print, 'x')\n", "`hasattr` is not allowed"),
