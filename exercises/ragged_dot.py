@@ -132,9 +132,11 @@ def make_group_metadata(group_sizes, m, tm, *, visit_empty_groups=False):
       share is visited once by each (tile 0 above: groups 0 and 2).
     - An empty group takes no visit, unless visit_empty_groups: then exactly one, on
       the tile where it would start (clamped to the last tile; puzzle 6 needs it).
-    - Why num_visits = tiles_m + E - 1? A grid's length is fixed when the program is
-      built, before the sizes are known: it must hold the most visits any sizes can
-      need. Every tile is visited once, plus one more for each group that starts
+    - Why num_visits = tiles_m + E - 1? These puzzles give the grid a static length,
+      fixed when the program is built, before the sizes are known (a TPU also allows
+      a length read at run time, as megablox's num_tiles; a static one keeps every
+      array the same shape whatever the sizes): it must hold the most visits any sizes
+      can need. Every tile is visited once, plus one more for each group that starts
       inside a tile another group started (or an empty group's visit), and the first
       group cannot: at most E - 1 more.
     - The entries past num_tiles are padding: the grid runs those steps anyway, and
