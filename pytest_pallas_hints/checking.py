@@ -942,9 +942,10 @@ def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | No
         return
     if yours > flops:
         raise Diagnosed("work_high", says or (
-            "your kernels compute more than the result needs: blocks whose result is "
-            "thrown away (masked, or outside the array) should be skipped with pl.when, "
-            "not computed."), facts)
+            "your kernels execute more dot flops than the result needs, and every one of "
+            "them reaches an output. Are blocks computed whose every value is then masked "
+            "or lies outside the array (skip them with pl.when)? Or does your algorithm "
+            "take more products than the one the docstring describes?"), facts)
     raise Diagnosed("work_low", (
         "your kernels compute less than the result needs: some blocks are skipped that "
         "hold visible values, or a dot is missing."), facts)

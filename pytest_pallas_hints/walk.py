@@ -69,10 +69,11 @@ class Uses:
     #                                                           copies in flight land in
     reached: set = dataclasses.field(default_factory=set)     # marks that reached an output
     stored: dict = dataclasses.field(default_factory=dict)    # ref mark -> runs stored in it
-    marks: dict = dataclasses.field(default_factory=dict)     # jaxpr variable -> marks
-    terms: dict = dataclasses.field(default_factory=dict)     # jaxpr variable -> {variable:
-    #   coefficient}: a sum of other variables' values (add, sub, neg, a cast, a constant
-    #   factor), so that (x + d) - d keeps x's marks and drops d's
+    marks: dict = dataclasses.field(default_factory=dict)     # device -> jaxpr variable ->
+    #   marks (per device: the devices of a mesh take turns through the same jaxpr)
+    terms: dict = dataclasses.field(default_factory=dict)     # device -> jaxpr variable ->
+    #   {variable: coefficient}: a sum of other variables' values (add, sub, neg, a cast,
+    #   a constant factor), so that (x + d) - d keeps x's marks and drops d's
     refs: int = 0                                             # ref marks handed out
 
     def run(self, flops: int, device: int | None, in_flight: bool) -> int:
@@ -508,6 +509,11 @@ class Walk:
         self.place = place or {}   # on a mesh: axis name -> (this device's index, size)
         self.uses = uses if uses is not None else self.counts.uses
 
+    @property
+    def _marks(self) -> dict:
+        """This device's marks of jaxpr variables (Uses.marks)."""
+        return self.uses.marks.setdefault(self.counts.device, {})
+
     def run(self, jaxpr, consts, args, marks=()) -> list:
         """``jaxpr``'s outputs, walked where nothing waits for another device."""
         return finished(self.taking_turns(jaxpr, consts, args, marks))
@@ -518,7 +524,7 @@ class Walk:
         ``const_marks``: the dot runs each input and constant was computed from (Uses);
         its outputs' are ``self.marks_of(jaxpr.outvars)`` after."""
         env = {}
-        known = self.uses.marks
+        known = self._marks
 
         def read(v):
             return v.val if jaxcompat.is_literal(v) else env.get(v, UNKNOWN)
@@ -546,12 +552,12 @@ class Walk:
 
     # -- which dots' results each value was computed from (Uses)
     def marks_of(self, variables) -> list:
-        known = self.uses.marks
+        known = self._marks
         return [NONE if jaxcompat.is_literal(v) else known.get(v, NONE) for v in variables]
 
     def _set_marks(self, variables, marks) -> None:
         for var, found in zip(variables, marks):
-            self.uses.marks[var] = found
+            self._marks[var] = found
 
     def _mark(self, eqn, values) -> None:
         """The marks of a plain equation's outputs: the runs its inputs were computed from
@@ -575,7 +581,7 @@ class Walk:
         out = NONE.union(*ins)
         terms = self._terms(eqn)
         if terms is not None:   # a sum of values: only those whose coefficients are left
-            known = self.uses.marks
+            known = self._marks
             out = NONE.union(*(known.get(v, NONE) for v in terms))
         if name == "dot_general":
             out = out | {self._dot_run}
@@ -596,7 +602,7 @@ class Walk:
         None for any other equation. A variable no sum made is its own term; a literal
         term is a constant, computed from nothing."""
         name, invars = eqn.primitive.name, eqn.invars
-        known = self.uses.terms
+        known = self.uses.terms.setdefault(self.counts.device, {})
 
         def terms_of(v):
             return {} if jaxcompat.is_literal(v) else known.get(v, {v: 1.0})
