@@ -90,8 +90,11 @@ def test_device_ids(n):
     table = ring_table(n)
     wrapped = table.copy()
     wrapped[0, 0] = -1
+    unwrapped = table.copy()
+    unwrapped[-1, 2] = n   # the last device's right neighbour, me + 1 not taken mod N
     check(ran, table, blocks=(1, None), axes="N ids", likely={
-        "left_negative": wrapped, "left_right_swapped": table[:, ::-1]})
+        "left_negative": wrapped, "left_right_swapped": table[:, ::-1],
+        "right_not_wrapped": unwrapped})
     lowers(ran, mesh)
 
 

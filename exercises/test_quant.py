@@ -86,6 +86,7 @@ def test_quantize(R, C, block_rows, dtype, rng):
     q, scale = ran.output
     expected_q, expected_scale, ratio = quantized(x)
     amax = np.abs(np.asarray(x, np.float32)).max(axis=1, keepdims=True)
+    top = np.asarray(x, np.float32).max(axis=1, keepdims=True)   # the max of x, not of |x|
     check(scale, expected_scale, name="scale", blocks=(block_rows, 1), axes="i 1", likely={
         "zero_row_scale": lambda: np.where(amax > 0, expected_scale, 0).astype(np.float32),
         "scale_inverted": lambda: np.where(amax > 0, 127 / np.where(amax > 0, amax, 1),
@@ -93,7 +94,8 @@ def test_quantize(R, C, block_rows, dtype, rng):
         "scale_not_divided": lambda: np.where(amax > 0, amax, 1).astype(np.float32),
         "scale_per_block": lambda: per_block_scale(amax, block_rows, scale),
         "scale_in_bf16": lambda: np.where(amax > 0, amax / np.float32(127), 1).astype(
-            x.dtype).astype(np.float32)})
+            x.dtype).astype(np.float32),
+        "max_not_abs": lambda: np.where(top > 0, top / np.float32(127), 1).astype(np.float32)})
     # A ratio within 1e-4 of a tie (k + 0.5) may round either way in float32.
     q = np.asarray(q)
     if q.shape == expected_q.shape:
@@ -142,7 +144,9 @@ def test_int8_dot(M, K, N, bm, bk, bn, rng):
                                         axis=0).astype(np.int32),
         "int8_accumulator": lambda: wrap8(truth).astype(np.int32),
         "last_k_only": lambda: k_products(a, b, bk)[-1].astype(np.int32),
-        "first_k_only": lambda: k_products(a, b, bk)[0].astype(np.int32)})
+        "first_k_only": lambda: k_products(a, b, bk)[0].astype(np.int32),
+        **({"first_k_dropped": lambda: exact(a[:, bk:], b[bk:]).astype(np.int32)}
+           if K > bk else {})})
     if tpu_sized():
         return
     check_work(ran, flops=tile_flops(M, K, N, bm, bn))
@@ -196,7 +200,9 @@ def test_dequant(M, K, N, bm, rng):
         "int8_accumulator": lambda: (wrap8(exact(a, b)) * rows * cols).astype(np.float32),
         "k_tail_dropped": lambda: (exact(a[:, :whole], b[:whole]) * rows * cols).astype(
             np.float32),
-        "b_scale_follows_rows": b_scale_follows_rows})
+        "b_scale_follows_rows": b_scale_follows_rows,
+        **({"first_k_dropped": lambda: (exact(a[:, bk:], b[bk:]) * rows * cols).astype(
+            np.float32)} if K > bk else {})})
     if tpu_sized():
         return
     Kp = cdiv(K, bk) * bk
@@ -274,8 +280,11 @@ def test_weight_only(M, K, N, bm, bk, dtype, rng):
     check(ran, (x64 @ w64 * s64).astype(out), blocks=(bm, bn), axes="i j",
           tolerance=EXACT if dtype == "bfloat16" else None, likely={
               "scale_missing": lambda: (x64 @ w64).astype(out),
+              "scale_twice": lambda: (x64 @ w64 * s64 * s64).astype(out),
               "k_tail_dropped": lambda: (x64[:, :whole] @ w64[:whole] * s64).astype(out),
-              "bf16_accumulation": lambda: summed_in_bf16(x64, w64, s64, bk, out)})
+              "bf16_accumulation": lambda: summed_in_bf16(x64, w64, s64, bk, out),
+              **({"first_k_dropped": lambda: (x64[:, bk:] @ w64[bk:] * s64).astype(out)}
+                 if K > bk else {})})
     if tpu_sized():
         return
     Kp = cdiv(K, bk) * bk

@@ -233,6 +233,8 @@ def test_aligned(M, K, N, E, tm, tn, pattern, dtype, rng):
                  id="M=200 K=64 N=256 E=5 tm=64 a group smaller than a tile, an empty group"),
     pytest.param(40, 128, 128, 6, 16, 128, "edges", "bfloat16",
                  id="M=40 K=N=128 E=6 tm=16 bf16 empty first and last groups, a 1-row group"),
+    pytest.param(64, 128, 128, 4, 16, 128, "random", "float32",
+                 id="M=64 K=N=128 E=4 tm=16 (M a multiple of tm: no tile hangs past M)"),
     pytest.param(8192, 1024, 1024, 8, 512, 512, "random", "bfloat16",
                  id="M=8192 K=N=1024 E=8-tpu", marks=on_tpu),
 ])

@@ -312,6 +312,11 @@ class Measured:
                            if not b.is_input}
                 if any(op in outputs for _, op in counts.stores):
                     return True
+            # The walk does not follow a Mosaic GPU kernel's TMA copies out of SMEM
+            # (copy_smem_to_gmem): there, no store seen is no proof that none ran.
+            if any(getattr(run.site.call, "backend", "") == "mosaic_gpu"
+                   for run in self.executed):
+                return None
             return False
         except Exception:   # uncountable, or work accounting missing: not known
             return None

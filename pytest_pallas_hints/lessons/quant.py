@@ -385,7 +385,10 @@ def int4_mistakes(x, u, packed, group_scales, zeros, group_size):
         "high_nibble_signed": with_weights(u=signed_high),
         "high_nibble_unmasked": as_the_kernel_computes(unmasked),
         "halves_not_interleaved": with_weights(u=halves),
-        "first_group_scales": with_weights(s=first[0], z=first[1])}
+        "first_group_scales": with_weights(s=first[0], z=first[1]),
+        **({"first_group_dropped": lambda: (   # the accumulator zeroed after group 0 added
+            x64[:, group_size:] @ dequantized(u, group_scales, zeros, group_size)[group_size:]
+        ).astype(out)} if groups > 1 else {})}
 
 
 # --- 6-7. convolutions: SAME padding, the model and its known wrong variants, budgets ---

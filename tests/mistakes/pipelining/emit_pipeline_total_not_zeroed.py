@@ -1,6 +1,6 @@
 """pipelining.emit_pipeline: adds into total_vmem without zeroing it first."""
 PUZZLE = "pipelining.emit_pipeline"
-EXPECT = "zero it before the pipeline runs"
+EXPECT = "zeroed before the pipeline runs"
 
 
 def pipelined_sum_kernel(x_hbm, o_ref, total_vmem, *, chunk):

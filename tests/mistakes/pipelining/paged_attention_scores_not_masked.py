@@ -1,7 +1,7 @@
 """pipelining.paged_attention: the scores of tokens past the length are not masked (v's
 rows are zeroed): NaN scores from unfetched pages reach the running max and sum."""
 PUZZLE = "pipelining.paged_attention"
-EXPECT = "mask the scores of tokens at or past the length to -inf"
+EXPECT = "Are the scores of tokens at or past the length masked to -inf"
 
 
 def paged_attention_kernel(lengths_ref, page_indices_ref, q_ref, k_hbm, v_hbm, o_ref,

@@ -1,7 +1,7 @@
 """pipelining.paged_attention: p is masked, but v's rows from pages never fetched are not
 (NaN there: 0 * NaN is NaN)."""
 PUZZLE = "pipelining.paged_attention"
-EXPECT = "zero those rows of v"
+EXPECT = "Are those rows of v zeroed"
 
 
 def paged_attention_kernel(lengths_ref, page_indices_ref, q_ref, k_hbm, v_hbm, o_ref,
