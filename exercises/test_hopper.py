@@ -267,19 +267,26 @@ def test_warpgroups_rejects_bad_arguments():
 # 7 -------------------------------------------------------------------------
 @puzzle("hopper.attention")
 @needs("pipeline", "wgmma")
-@pytest.mark.parametrize("B, N, K, T, S, H, causal, block_q, block_kv, dtype", [
-    pytest.param(1, 4, 2, 64, 128, 64, False, 64, 64, "float16",
+@pytest.mark.parametrize("B, N, K, T, S, H, causal, block_q, block_kv, dtype, rising", [
+    pytest.param(1, 4, 2, 64, 128, 64, False, 64, 64, "float16", False,
                  id="B=1 N=4 K=2 T=64 S=128 H=64 f16 (grouped heads)"),
-    pytest.param(2, 1, 1, 128, 128, 64, True, 64, 64, "bfloat16",
+    pytest.param(2, 1, 1, 128, 128, 64, True, 64, 64, "bfloat16", False,
                  id="B=2 N=K=1 T=S=128 H=64 causal bf16"),
-    pytest.param(1, 2, 1, 256, 256, 64, True, 128, 64, "float16",
+    pytest.param(1, 2, 1, 256, 256, 64, True, 128, 64, "float16", False,
                  id="B=1 N=2 K=1 T=S=256 causal block_q=128 block_kv=64 f16"),
-    pytest.param(2, 16, 4, 2048, 2048, 128, True, 64, 64, "bfloat16",
+    pytest.param(1, 1, 1, 64, 192, 128, False, 64, 64, "float16", True,
+                 id="T=64 S=192 H=128 f16, the last KV block's scores over 100 higher"),
+    pytest.param(2, 16, 4, 2048, 2048, 128, True, 64, 64, "bfloat16", False,
                  id="B=2 N=16 K=4 T=S=2048-gpu", marks=on_gpu),
 ])
-def test_attention(B, N, K, T, S, H, causal, block_q, block_kv, dtype, rng):
+def test_attention(B, N, K, T, S, H, causal, block_q, block_kv, dtype, rising, rng):
+    """``rising``: a later KV block's scores exceed the first block's by more than exp's
+    float32 range (88): the running max must move, and what was summed be rescaled."""
     q = rng.normal((B, N, T, H), dtype)
     k, v = rng.normal((B, K, S, H), dtype), rng.normal((B, K, S, H), dtype)
+    if rising:   # q . k / sqrt(H) = 2 x 5 x sqrt(128) = 113 on the last KV block
+        q = np.full_like(q, 2)
+        k[..., S - block_kv:, :] = 5
     ran = measure(hopper.attention, q, k, v, causal=causal, block_q=block_q,
                   block_kv=block_kv,
                   structure=GPU.where(inside={"wgmma_ref", "emit_pipeline", "exp"},
