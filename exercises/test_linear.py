@@ -142,8 +142,8 @@ def test_chunked(B, N, T, H, Hv, chunk, dtype, offset, rng):
     lesson.check_chunks_in_order(ran)
     lesson.check_state_reset_once(ran)
     lesson.check_state_read_in_float32(ran)
-    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=tolerance(dtype),
-          likely=lesson.chunked_likely(wrong))
+    lesson.check_chunked(ran, expected, wrong=wrong, chunk=chunk, tolerance=tolerance(dtype),
+                         likely=lesson.chunked_likely(wrong))
     if tpu_sized():
         return
     check_work(ran, flops=lesson.chunk_flops(B, N, T, H, Hv, chunk),
@@ -212,8 +212,8 @@ def test_gating(B, N, T, H, Hv, chunk, strength, dtype, offset, rng):
     lesson.check_chunks_in_order(ran)
     lesson.check_state_reset_once(ran)
     lesson.check_state_read_in_float32(ran)
-    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=tolerance(dtype),
-          likely=lesson.gating_likely(wrong))
+    lesson.check_chunked(ran, expected, wrong=wrong, chunk=chunk, tolerance=tolerance(dtype),
+                         likely=lesson.gating_likely(wrong))
     lesson.check_decay_masked(ran)
     if tpu_sized():
         return
@@ -288,8 +288,8 @@ def test_delta_rule(B, N, T, H, Hv, chunk, edges, dtype, rng):
     lesson.check_chunks_in_order(ran)
     lesson.check_state_reset_once(ran)
     lesson.check_state_read_in_float32(ran)
-    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
-          tolerance=tolerance(dtype), likely=lesson.delta_likely(wrong))
+    lesson.check_chunked(ran, expected, wrong=wrong, chunk=chunk, tolerance=tolerance(dtype),
+                         likely=lesson.delta_likely(wrong))
     if tpu_sized():
         return
     check_work(ran, flops=lesson.chunk_flops(B, N, T, H, Hv, chunk, delta=True))
@@ -323,10 +323,9 @@ def test_gated_delta(B, N, T, H, Hv, chunk, strength, edges, dtype, rng):
     lesson.check_chunks_in_order(ran)
     lesson.check_state_reset_once(ran)
     lesson.check_state_read_in_float32(ran)
-    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
-          tolerance=tolerance(dtype),
-          likely=lesson.gated_delta_likely(wrong, q, k, v, log_decay, beta, chunk=chunk,
-                                           dtype=dtype))
+    lesson.check_chunked(ran, expected, wrong=wrong, chunk=chunk, tolerance=tolerance(dtype),
+                         likely=lesson.gated_delta_likely(wrong, q, k, v, log_decay, beta,
+                                                          chunk=chunk, dtype=dtype))
     lesson.check_decay_masked(ran)
     if tpu_sized():
         return
@@ -357,6 +356,12 @@ def public(q, k, v, beta, log_decay, *, chunk, names):
                  id="B=N=1 T=1 H=16 Hv=8 chunk=64 bf16 (one token, gated delta rule)"),
     pytest.param(1, 2, 100, 32, 64, 16, "bfloat16", PUBLIC[1:2],
                  id="B=1 N=2 T=100 H=32 Hv=64 chunk=16 bf16 (7 chunks, gated linear attention)"),
+    # T a multiple of the chunk (and of 8): no padding at all, beside the T's above that
+    # need some; the same T shorter than the chunk shrinks it to T, and pads nothing.
+    pytest.param(1, 2, 32, 16, 16, 16, "float32", PUBLIC[::3],
+                 id="B=1 N=2 T=32 H=Hv=16 chunk=16 (2 whole chunks: no padding)"),
+    pytest.param(1, 1, 24, 16, 16, 64, "float32", PUBLIC[1:3],
+                 id="B=N=1 T=24 H=Hv=16 chunk=64 (chunk shrinks to T=24: no padding)"),
     pytest.param(2, 8, 3000, 128, 128, 64, "bfloat16", PUBLIC,
                  id="B=2 N=8 T=3000 H=Hv=128 chunk=64 bf16 (all four)-tpu", marks=on_tpu),
 ])

@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 
 from .. import jaxcompat
-from ..checking import check_traffic, fail, raised
+from ..checking import Mismatch, check, check_traffic, fail, raised
+from ..diagnose import Finding, close
 from ..frozen import np
 
 
@@ -69,16 +70,19 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
               since_start=True, until_end=True, across=True, solve="j<i", erase="decayed",
               beta_on_keys=False, beta_in_lower=True, beta_in_rhs=True,
               last_row_unsolved=False, read_bf16=False, predict_bf16=False,
-              state_bf16=False):
+              state_bf16=False, read_with="q", predict="k", factors_swapped=False,
+              handed=None):
     """o [B, N, T, Hv] in float64, chunk by chunk as the kernels compute it, with flags
     for the known near-misses (the defaults give the right answer):
-      causal      "j<=i" right, "j<i" the diagonal left out, "all" the future seen;
+      causal      "j<=i" right, "j<i" the diagonal left out, "all" the future seen,
+                  "j>=i" the mask transposed (the future seen, the past hidden);
       carry       False: the state is reset at every chunk (never carried);
       state_first the state updated with the chunk before the chunk reads it;
       reset_per_head False: the state carried from one (b, n) sequence into the next;
       decay_twice the state's contribution decayed by the whole chunk, then per row;
       exclusive   b_i = log_decay_0 + ... + log_decay_{i-1} (the own step left out);
-      since_start, until_end, across: False leaves that decay factor out;
+      since_start, until_end, across: False leaves that decay factor out (since_start
+                  of q S only: the prediction's is erase="undecayed");
       solve       "j<i" right, "j<=i" the diagonal in the triangular system,
                   "undecayed" the system without the decay, None: no system (u = the
                   right-hand side);
@@ -89,7 +93,13 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
       last_row_unsolved  the solve stops a row short (the last row keeps its
                   right-hand side);
       read_bf16, predict_bf16, state_bf16: the state rounded to bfloat16 for q S, for
-                  the delta rule's prediction K S, or kept in bfloat16."""
+                  the delta rule's prediction K S, or kept in bfloat16;
+      read_with   "q" right, "k": the state read with the chunk's keys, K S for Q S;
+      predict     "k" right, "q": the delta rule's prediction made with the queries;
+      factors_swapped  since_start and until_end unpacked in each other's place;
+      handed      a list: each chunk's state as it reaches the chunk (the state the
+                  recurrence hands on, float64 [H, Hv]) is appended to it, in order
+                  (b, n, chunk)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     B, N, T, H = q.shape
     o = np.zeros(v.shape)
@@ -108,9 +118,15 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
                 cum = np.cumsum(a) - (a if exclusive else 0)
                 total = a.sum()
                 with np.errstate(over="ignore"):
-                    within = masks[causal](np.exp(np.minimum(cum[:, None] - cum[None, :], 700)))
-                factor = np.exp(cum)[:, None] if since_start else np.ones((C, 1))
-                to_end = np.exp(total - cum)[:, None] if until_end else np.ones((C, 1))
+                    within = np.exp(np.minimum(cum[:, None] - cum[None, :], 700))
+                within = np.tril(within).T if causal == "j>=i" else masks[causal](within)
+                decayed, to_end = np.exp(cum)[:, None], np.exp(total - cum)[:, None]
+                if factors_swapped:
+                    decayed, to_end = to_end, decayed
+                factor = decayed if since_start else np.ones((C, 1))   # for q S only
+                to_end = to_end if until_end else np.ones((C, 1))
+                if handed is not None:
+                    handed.append(S.copy())
                 whole = np.exp(total) if across else 1.0
                 if beta is None:
                     u = V
@@ -119,8 +135,9 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
                     if erase == "none":
                         u = bt * V
                     else:
-                        pred = K @ (bf16(S) if predict_bf16 else S) * (
-                            factor if erase == "decayed" else 1.0)
+                        seen = bf16(S) if predict_bf16 else S
+                        pred = (Q if predict == "q" else K) @ seen * (
+                            decayed if erase == "decayed" else 1.0)
                         u = V - bt * pred if beta_on_keys else (
                             bt if beta_in_rhs else 1.0) * (V - pred)
                         if solve is not None:
@@ -137,7 +154,8 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
                 read = new_S if state_first else S
                 if read_bf16:
                     read = bf16(read)
-                from_state = factor * (Q @ read) * (whole if decay_twice else 1.0)
+                from_state = factor * ((K if read_with == "k" else Q) @ read) * (
+                    whole if decay_twice else 1.0)
                 o[b, n, rows] = (Q @ K.T * within) @ u + from_state
                 S = new_S if carry else np.zeros_like(S)
     return o
@@ -150,13 +168,86 @@ def bf16(x):
 
 def expected_and_wrong(q, k, v, log_decay=None, beta=None, *, chunk, dtype):
     """The expected output in the inputs' dtype, and a function that makes the output
-    of a known near-miss (chunkwise with its flags) in the same dtype."""
+    of a known near-miss (chunkwise with its flags) in the same dtype. ``wrong.handed()``
+    gives the states the recurrence hands to each chunk, [B, N, chunks, H, Hv]."""
     expected = recurrence(q, k, v, log_decay, beta).astype(dtype)
 
     def wrong(**flags):
         return lambda: chunkwise(q, k, v, log_decay, beta, chunk=chunk, **flags).astype(dtype)
 
+    def handed():
+        states = []
+        chunkwise(q, k, v, log_decay, beta, chunk=chunk, handed=states)
+        B, N = q.shape[:2]
+        return np.stack(states).reshape(B, N, -1, *states[0].shape)
+
+    wrong.handed = handed
     return expected, wrong
+
+
+# --- the state handed on, or its read? ----------------------------------------------
+
+def check_chunked(ran, expected, *, wrong, likely, chunk, tolerance):
+    """check() of a chunked kernel's output, with the evidence that separates the two
+    causes of "the first chunk right, every later one wrong": the first chunk reads an
+    empty state, so a wrong state and a wrong read of the right state look alike there.
+    A read of the state is linear in it: if the state reaching chunk c is right (S_c,
+    the recurrence's), any wrong read of it errs by X S_c for some matrix X. So when
+    every later chunk's error is X S_c (least squares leaves nothing over), the read is
+    what to question; when no X fits, the state reaching the chunks is wrong. Said only
+    where S_c has fewer rows than columns (H < Hv): otherwise every error is some X S_c
+    and the outputs cannot tell the two apart."""
+    try:
+        check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
+              tolerance=tolerance, likely=likely)
+    except Mismatch as mismatch:
+        raise _HandedOn(mismatch, wrong.handed, chunk) from None
+
+
+class _HandedOn(Mismatch):
+    """A Mismatch whose "later_blocks" finding is replaced by what the states show."""
+
+    def __init__(self, mismatch, handed, chunk):
+        self.__dict__.update(mismatch.__dict__)
+        AssertionError.__init__(self, *mismatch.args)
+        self._handed, self._chunk = handed, chunk
+
+    def findings(self):
+        findings = super().findings()
+        if findings and findings[0].kind == "later_blocks":
+            shown = _state_or_read(self.yours, self.expected, self._handed(), self._chunk,
+                                   self.tolerance)
+            if shown is not None:
+                findings[0] = Finding(*shown, facts=findings[0].facts, detail="T")
+        return findings
+
+
+def _state_or_read(yours, expected, states, chunk, tolerance):
+    """(kind, says) from the states handed on, or None where they cannot tell."""
+    y, e = (np.asarray(x, np.float64) for x in (yours, expected))
+    if np.isnan(y).any() or states.shape[-2] >= states.shape[-1] or states.shape[2] < 2:
+        return None
+    read = e.copy()   # the right output plus the best linear read of the right state
+    for b, n, c in np.ndindex(*states.shape[:3]):
+        if c == 0:
+            continue
+        rows = slice(c * chunk, (c + 1) * chunk)
+        S = states[b, n, c]
+        X = np.linalg.lstsq(S.T, (y[b, n, rows] - e[b, n, rows]).T, rcond=None)[0].T
+        read[b, n, rows] += X @ S
+    if close(y, read, tolerance).all():
+        return "state_read", (
+            "the first chunk is right and every later one is wrong by a read of the right "
+            "state: chunk c errs by X S_c, S_c the state the recurrence hands to it (least "
+            "squares finds an X that leaves nothing over). Is the state read wrong: with "
+            "another matrix than q, without its decay, or not at all? (A state handed on as "
+            "the right one times a factor errs the same way.)")
+    return "state_handed_on", (
+        "the first chunk is right and every later one is wrong, and no read of the right "
+        "state explains it (no X makes chunk c's error X S_c, S_c the state the "
+        "recurrence hands to it): the state that reaches the later chunks is wrong. Is "
+        "it updated before it is used, not updated, updated with the wrong value, or "
+        "reset where it should carry on?")
 
 
 # --- known near-misses, as likely= dicts -------------------------------------------
@@ -183,31 +274,35 @@ def intra_likely(q, k, v, *, chunk, dtype):
 
     return {"future_visible": within(causal="all"),
             "diagonal_excluded": within(causal="j<i"),
+            "mask_transposed": within(causal="j>=i"),
             "state_carried": lambda: recurrence(q, k, v).astype(dtype)}
 
 
 def chunked_likely(wrong):
-    """The chunked kernel's near-misses (puzzle 3), from ``expected_and_wrong``'s wrong."""
+    """The chunked kernel's near-misses (puzzle 3), from ``expected_and_wrong``'s wrong.
+    Every later puzzle repeats this kernel, so each of them offers these too."""
     return {"state_first": wrong(state_first=True),
             "state_dropped": wrong(carry=False),
             "future_visible": wrong(causal="all"),
             "diagonal_excluded": wrong(causal="j<i"),
+            "mask_transposed": wrong(causal="j>=i"),
+            "read_with_keys": wrong(read_with="k"),
             "state_across_heads": wrong(reset_per_head=False),
             "state_read_in_bf16": wrong(read_bf16=True),
             "state_in_bf16": wrong(state_bf16=True)}
 
 
 def gating_likely(wrong):
-    """The gated kernel's near-misses (puzzle 4): each decay factor left out or taken
-    twice, the own step left out of b, the diagonal left out, the state misused."""
-    return {"decay_twice": wrong(decay_twice=True),
+    """The gated kernel's near-misses (puzzle 4): the chunked kernel's, each decay
+    factor left out or taken twice, two factors unpacked in each other's place, the own
+    step left out of b. The gated delta rule repeats them all."""
+    return {**chunked_likely(wrong),
+            "decay_twice": wrong(decay_twice=True),
             "decay_exclusive": wrong(exclusive=True),
             "state_not_decayed": wrong(across=False),
             "writes_not_decayed": wrong(until_end=False),
             "rows_not_decayed": wrong(since_start=False),
-            "diagonal_excluded": wrong(causal="j<i"),
-            "state_first": wrong(state_first=True),
-            "state_dropped": wrong(carry=False)}
+            "factors_swapped": wrong(factors_swapped=True)}
 
 
 def substitution_likely(lower, rhs, expected):
@@ -228,30 +323,29 @@ def substitution_likely(lower, rhs, expected):
 
 
 def delta_likely(wrong):
-    """The known near-misses of the delta rule's kernels (puzzles 5 and 6)."""
-    return {"solve_diagonal": wrong(solve="j<=i"),
+    """The known near-misses of the delta rule's kernels (puzzles 5 and 6): the chunked
+    kernel's, and the triangular system's and the erase's."""
+    return {**chunked_likely(wrong),
+            "solve_diagonal": wrong(solve="j<=i"),
             "beta_on_keys": wrong(beta_on_keys=True),
             "beta_left_out_of_lower": wrong(beta_in_lower=False),
             "beta_left_out_of_rhs": wrong(beta_in_rhs=False),
             "last_row_unsolved": wrong(last_row_unsolved=True),
             "no_solve": wrong(solve=None),
             "no_erase": wrong(erase="none"),
-            "state_first": wrong(state_first=True),
-            "state_dropped": wrong(carry=False),
-            "prediction_in_bf16": wrong(predict_bf16=True),
-            "state_read_in_bf16": wrong(read_bf16=True)}
+            "prediction_with_queries": wrong(predict="q"),
+            "prediction_in_bf16": wrong(predict_bf16=True)}
 
 
 def gated_delta_likely(wrong, q, k, v, log_decay, beta, *, chunk, dtype):
-    """The gated delta rule's near-misses (puzzle 6): the delta rule's, the system or
-    the erase without the decay, the decay taken twice, the gates swapped."""
-    return {"undecayed_solve": wrong(solve="undecayed"),
+    """The gated delta rule's near-misses (puzzle 6): gating's and the delta rule's (it
+    repeats both), the system or the erase without the decay, the gates swapped."""
+    return {**gating_likely(wrong), **delta_likely(wrong),
+            "undecayed_solve": wrong(solve="undecayed"),
             "erase_undecayed": wrong(erase="undecayed"),
-            "decay_twice": wrong(decay_twice=True),
             # beta_ref and log_decay_ref taken in the other order
             "gates_swapped": lambda: chunkwise(q, k, v, beta, log_decay,
-                                               chunk=chunk).astype(dtype),
-            **delta_likely(wrong)}
+                                               chunk=chunk).astype(dtype)}
 
 
 def api_likely(q, k, v, gate, *, T, chunk, dtype):
