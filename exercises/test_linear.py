@@ -18,6 +18,8 @@ and are skipped elsewhere.
 Keys are L2-normalised wherever the delta rule runs (its callers do that), log
 decays lie in [-5, 0] and beta in [0, 1].
 """
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -292,7 +294,8 @@ def test_delta_rule(B, N, T, H, Hv, chunk, edges, dtype, rng):
                          likely=lesson.delta_likely(wrong))
     if tpu_sized():
         return
-    check_work(ran, flops=lesson.chunk_flops(B, N, T, H, Hv, chunk, delta=True))
+    check_work(ran, flops=lesson.flops_of(ran, functools.partial(
+        lesson.chunk_flops, B, N, T, H, Hv, chunk, delta=True)))
     lowers_for_tpu(ran)
 
 
@@ -329,7 +332,8 @@ def test_gated_delta(B, N, T, H, Hv, chunk, strength, edges, dtype, rng):
     lesson.check_decay_masked(ran)
     if tpu_sized():
         return
-    check_work(ran, flops=lesson.chunk_flops(B, N, T, H, Hv, chunk, delta=True))
+    check_work(ran, flops=lesson.flops_of(ran, functools.partial(
+        lesson.chunk_flops, B, N, T, H, Hv, chunk, delta=True)))
     lowers_for_tpu(ran)
 
 
@@ -384,7 +388,8 @@ def test_api(B, N, T, H, Hv, chunk, dtype, names, rng):
         return
     # A chunk longer than the sequence shrinks to it, rounded up to 8 rows.
     lesson.check_chunk_rounded(ran, T=T, chunk=chunk)
-    check_work(ran, flops=lesson.api_flops(B, N, T, H, Hv, chunk, names))
+    check_work(ran, flops=lesson.flops_of(ran, functools.partial(
+        lesson.api_flops, B, N, T, H, Hv, chunk, names)))
     lowers_for_tpu(ran)
 
 

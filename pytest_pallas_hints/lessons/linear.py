@@ -33,18 +33,21 @@ from ..frozen import np
 # --- the recurrence in float64 NumPy, and its known near-misses ------------------
 
 def recurrence(q, k, v, log_decay=None, beta=None, *, read_first=False,
-               decay_after_write=False, erase_undecayed=False, beta_on_keys=False):
+               decay_after_write=False, erase_undecayed=False, beta_on_keys=False,
+               beta_on_values=False, decay_not_exp=False):
     """o [B, N, T, Hv] in float64, one token at a time:
         S_t = g_t S_{t-1} + k_t^T w_t,   o_t = q_t S_t,   g_t = exp(log_decay_t),
         w_t = v_t (no beta) or beta_t (v_t - g_t k_t S_{t-1}) (the delta rule).
     The flags make known wrong recurrences: o_t read before the update; the decay
-    applied after the write; the erase reading the undecayed state; beta on k only."""
+    applied after the write; the erase reading the undecayed state; beta on k only;
+    beta on v only (beta_t v_t - k_t S); the log decay itself as the factor (no exp)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     B, N, T, H = q.shape
     S = np.zeros((B, N, H, v.shape[-1]))
     o = np.zeros(v.shape)
     for t in range(T):
-        g = 1.0 if log_decay is None else np.exp(np.float64(log_decay[:, :, t]))[..., None, None]
+        a = None if log_decay is None else np.float64(log_decay[:, :, t])[..., None, None]
+        g = 1.0 if a is None else a if decay_not_exp else np.exp(a)
         if not decay_after_write:
             S_read = S if erase_undecayed else g * S
             S = g * S
@@ -54,7 +57,8 @@ def recurrence(q, k, v, log_decay=None, beta=None, *, read_first=False,
         if beta is not None:
             b = np.asarray(beta[:, :, t], np.float64)[..., None]
             erase = np.einsum("bnh,bnhv->bnv", k[:, :, t], S_read)
-            w = w - b * erase if beta_on_keys else b * (w - erase)
+            w = w - b * erase if beta_on_keys else b * w - erase if beta_on_values else \
+                b * (w - erase)
         if read_first:
             o[:, :, t] = np.einsum("bnh,bnhv->bnv", q[:, :, t], S)
         S = S + k[:, :, t][..., :, None] * w[..., None, :]
@@ -71,7 +75,7 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
               beta_on_keys=False, beta_in_lower=True, beta_in_rhs=True,
               last_row_unsolved=False, read_bf16=False, predict_bf16=False,
               state_bf16=False, read_with="q", predict="k", factors_swapped=False,
-              handed=None):
+              beta_on_values=False, intra_values="u", handed=None):
     """o [B, N, T, Hv] in float64, chunk by chunk as the kernels compute it, with flags
     for the known near-misses (the defaults give the right answer):
       causal      "j<=i" right, "j<i" the diagonal left out, "all" the future seen,
@@ -83,7 +87,9 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
       exclusive   b_i = log_decay_0 + ... + log_decay_{i-1} (the own step left out);
       since_start, until_end, across: False leaves that decay factor out (since_start
                   of q S only: the prediction's is erase="undecayed");
-      solve       "j<i" right, "j<=i" the diagonal in the triangular system,
+      solve       "j<i" right, "j<=i" the diagonal in the triangular system, "j>i"
+                  its mask transposed (substitution in row order then reads only
+                  rows not yet solved: u = rhs - upper @ rhs),
                   "undecayed" the system without the decay, None: no system (u = the
                   right-hand side);
       erase       "decayed" right, "undecayed" S_prev not decayed to row i, "none" no
@@ -97,6 +103,8 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
       read_with   "q" right, "k": the state read with the chunk's keys, K S for Q S;
       predict     "k" right, "q": the delta rule's prediction made with the queries;
       factors_swapped  since_start and until_end unpacked in each other's place;
+      beta_on_values  the right-hand side beta V - K S (beta on the values only);
+      intra_values  "u" right, "v": the output's causal part sums v, not u;
       handed      a list: each chunk's state as it reaches the chunk (the state the
                   recurrence hands on, float64 [H, Hv]) is appended to it, in order
                   (b, n, chunk)."""
@@ -138,9 +146,11 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
                         seen = bf16(S) if predict_bf16 else S
                         pred = (Q if predict == "q" else K) @ seen * (
                             decayed if erase == "decayed" else 1.0)
-                        u = V - bt * pred if beta_on_keys else (
-                            bt if beta_in_rhs else 1.0) * (V - pred)
-                        if solve is not None:
+                        u = V - bt * pred if beta_on_keys else bt * V - pred \
+                            if beta_on_values else (bt if beta_in_rhs else 1.0) * (V - pred)
+                        if solve == "j>i":   # rows after i, still their right-hand side
+                            u = u - np.triu(bt * (K @ K.T), 1) @ u
+                        elif solve is not None:
                             keep = np.tril(np.ones((C, C)), 0 if solve == "j<=i" else -1)
                             decay = 1.0 if solve == "undecayed" else np.exp(np.where(
                                 keep > 0, cum[:, None] - cum[None, :], -np.inf))
@@ -156,7 +166,8 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
                     read = bf16(read)
                 from_state = factor * ((K if read_with == "k" else Q) @ read) * (
                     whole if decay_twice else 1.0)
-                o[b, n, rows] = (Q @ K.T * within) @ u + from_state
+                o[b, n, rows] = (Q @ K.T * within) @ (V if intra_values == "v" else u) \
+                    + from_state
                 S = new_S if carry else np.zeros_like(S)
     return o
 
@@ -201,31 +212,45 @@ def check_chunked(ran, expected, *, wrong, likely, chunk, tolerance):
         check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
               tolerance=tolerance, likely=likely)
     except Mismatch as mismatch:
-        raise _HandedOn(mismatch, wrong.handed, chunk) from None
+        raise _HandedOn(mismatch, wrong, chunk) from None
 
 
 class _HandedOn(Mismatch):
     """A Mismatch whose "later_blocks" finding is replaced by what the states show."""
 
-    def __init__(self, mismatch, handed, chunk):
+    def __init__(self, mismatch, wrong, chunk):
         self.__dict__.update(mismatch.__dict__)
         AssertionError.__init__(self, *mismatch.args)
-        self._handed, self._chunk = handed, chunk
+        self._wrong, self._chunk = wrong, chunk
 
     def findings(self):
         findings = super().findings()
         if findings and findings[0].kind == "later_blocks":
-            shown = _state_or_read(self.yours, self.expected, self._handed(), self._chunk,
+            shown = _state_or_read(self.yours, self.expected, self._wrong, self._chunk,
                                    self.tolerance)
             if shown is not None:
                 findings[0] = Finding(*shown, facts=findings[0].facts, detail="T")
         return findings
 
 
-def _state_or_read(yours, expected, states, chunk, tolerance):
+def _state_or_read(yours, expected, wrong, chunk, tolerance):
     """(kind, says) from the states handed on, or None where they cannot tell."""
     y, e = (np.asarray(x, np.float64) for x in (yours, expected))
-    if np.isnan(y).any() or states.shape[-2] >= states.shape[-1] or states.shape[2] < 2:
+    if np.isnan(y).any():
+        return None
+    # What the earlier chunks give each chunk: the right output less the chunk's own,
+    # from an empty state. Scaled by one factor, the state or its read is scaled.
+    earlier = e - np.asarray(wrong(carry=False)(), np.float64)
+    alpha = 1 + np.sum((y - e) * earlier) / max(np.sum(earlier * earlier), 1e-300)
+    if close(y, e + (alpha - 1) * earlier, tolerance).all():
+        return "state_scaled", (
+            f"the first chunk is right, and in every later one what the earlier chunks "
+            f"give is {alpha:.3g} times the right amount (your output = the chunk's own "
+            f"part + {alpha:.3g} × the earlier chunks' part). Is the state handed on "
+            f"{alpha:.3g} times the right one (an update subtracted gives -1, one added "
+            "twice 2), or is its read scaled?")
+    states = wrong.handed()
+    if states.shape[-2] >= states.shape[-1] or states.shape[2] < 2:
         return None
     read = e.copy()   # the right output plus the best linear read of the right state
     for b, n, c in np.ndindex(*states.shape[:3]):
@@ -239,9 +264,9 @@ def _state_or_read(yours, expected, states, chunk, tolerance):
         return "state_read", (
             "the first chunk is right and every later one is wrong by a read of the right "
             "state: chunk c errs by X S_c, S_c the state the recurrence hands to it (least "
-            "squares finds an X that leaves nothing over). Is the state read wrong: with "
-            "another matrix than q, without its decay, or not at all? (A state handed on as "
-            "the right one times a factor errs the same way.)")
+            "squares finds an X that leaves nothing over), as a wrong read of the right "
+            "state would. Is the state read with another matrix than q, or without its "
+            "decay?")
     return "state_handed_on", (
         "the first chunk is right and every later one is wrong, and no read of the right "
         "state explains it (no X makes chunk c's error X S_c, S_c the state the "
@@ -262,7 +287,9 @@ def recurrent_likely(q, k, v, log_decay, beta, dtype):
     return {"read_first": wrong(read_first=True),
             "decay_after_write": wrong(decay_after_write=True),
             "erase_undecayed": wrong(erase_undecayed=True),
-            "beta_on_keys": wrong(beta_on_keys=True)}
+            "beta_on_keys": wrong(beta_on_keys=True),
+            "beta_on_values": wrong(beta_on_values=True),
+            "decay_not_exp": wrong(decay_not_exp=True)}
 
 
 def intra_likely(q, k, v, *, chunk, dtype):
@@ -334,6 +361,9 @@ def delta_likely(wrong):
             "no_solve": wrong(solve=None),
             "no_erase": wrong(erase="none"),
             "prediction_with_queries": wrong(predict="q"),
+            "system_mask_transposed": wrong(solve="j>i"),
+            "beta_on_values": wrong(beta_on_values=True),
+            "output_from_v": wrong(intra_values="v"),
             "prediction_in_bf16": wrong(predict_bf16=True)}
 
 
@@ -359,7 +389,13 @@ def api_likely(q, k, v, gate, *, T, chunk, dtype):
         padded = {key: np.pad(x, ((0, 0), (0, 0), (pad, 0))) for key, x in gate.items()}
         return recurrence(*front, **padded)[:, :, :T].astype(dtype)
 
-    likely = {"padded_in_front": shifted}
+    def cut_from_end():   # padded at the end, and the last T rows kept
+        pad = -T % min(chunk, -(-T // 8) * 8)
+        back = [np.pad(x, ((0, 0), (0, 0), (0, pad), (0, 0))) for x in (q, k, v)]
+        padded = {key: np.pad(x, ((0, 0), (0, 0), (0, pad))) for key, x in gate.items()}
+        return recurrence(*back, **padded)[:, :, pad:].astype(dtype)
+
+    likely = {"padded_in_front": shifted, "cut_from_end": cut_from_end}
     if len(gate) == 2:   # beta and log_decay handed to the kernel in the other order
         likely["gates_swapped"] = lambda: recurrence(
             q, k, v, log_decay=gate["beta"], beta=gate["log_decay"]).astype(dtype)
@@ -368,14 +404,25 @@ def api_likely(q, k, v, gate, *, T, chunk, dtype):
 
 # --- budgets: dot work, bytes and VMEM ---------------------------------------------
 
-def chunk_flops(B, N, T, H, Hv, chunk, *, delta=False):
+def flops_of(ran, flops):
+    """The first of the right counts ``flops`` (a function of solved_rows, the rows the
+    forward substitution runs) that is the kernel's, else the first: a substitution
+    from row 1 is as right as one from row 0 (row 0 has nothing to subtract)."""
+    right = [flops(solved_rows=None), flops(solved_rows=-1)]
+    return next((f for f in right if f == ran.work), right[0])
+
+
+def chunk_flops(B, N, T, H, Hv, chunk, *, delta=False, solved_rows=None):
     """The dots of the chunked kernels, per chunk: scores q k^T (C x C x H), scores @ v
     (C x C x Hv), q S and the update K^T V (C x H x Hv each); the delta rule adds k k^T,
-    k S, the forward substitution (one (1, C) @ (C, Hv) row per row) and nothing else."""
+    k S, the forward substitution (one (1, C) @ (C, Hv) row per row) and nothing else.
+    solved_rows: the rows the substitution runs (C; C - 1 is as right: row 0 of a
+    strictly lower system has nothing to subtract): -1 for C - 1, None for C."""
     C = chunk
     per_chunk = 2 * C * C * (H + Hv) + 2 * 2 * C * H * Hv
     if delta:
-        per_chunk += 2 * C * C * H + 2 * C * H * Hv + 2 * C * C * Hv
+        rows = C - 1 if solved_rows == -1 else C
+        per_chunk += 2 * C * C * H + 2 * C * H * Hv + 2 * rows * C * Hv
     return B * N * (T // C) * per_chunk
 
 
@@ -397,13 +444,14 @@ def api_chunk(T, chunk):
     return min(chunk, -(-T // 8) * 8)
 
 
-def api_flops(B, N, T, H, Hv, chunk, names):
+def api_flops(B, N, T, H, Hv, chunk, names, *, solved_rows=None):
     """The dots of the public functions ``names`` on one set of inputs: T padded to a
     whole number of chunks (``api_chunk``), the delta rule's extra dots for those named
     delta."""
     C = api_chunk(T, chunk)
     padded = -(-T // C) * C
-    return sum(chunk_flops(B, N, padded, H, Hv, C, delta="delta" in name) for name in names)
+    return sum(chunk_flops(B, N, padded, H, Hv, C, delta="delta" in name,
+                           solved_rows=solved_rows) for name in names)
 
 
 def chunked_vmem(chunk, H, Hv, itemsize):
