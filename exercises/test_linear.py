@@ -184,9 +184,10 @@ def test_gating_decay_factors(C, strength, rng):
     expected = factors_of(np.cumsum(a))
     exclusive = factors_of(np.cumsum(a) - a)
     lesson.check_within_masked(factors[0])
+    narrow = lesson.holds_narrow_floats(linear.decay_factors, jnp.asarray(log_decay))
     for name, yours in zip(("within", "since_start", "until_end", "across"), factors):
-        check(yours, expected[name].astype(np.float32), name=name, tolerance=1e-3,
-              likely={"decay_exclusive": exclusive[name].astype(np.float32)})
+        lesson.check_factor(yours, expected[name].astype(np.float32), name=name, narrow=narrow,
+                            likely={"decay_exclusive": exclusive[name].astype(np.float32)})
 
 
 @puzzle("linear.gating")

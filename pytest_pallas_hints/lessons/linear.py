@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import jaxcompat
-from ..checking import Mismatch, check, check_traffic, fail, raised
+from ..checking import Mismatch, _narrow_floats, check, check_traffic, fail, raised
 from ..diagnose import Finding, close
 from ..frozen import np
 
@@ -75,7 +75,7 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
               beta_on_keys=False, beta_in_lower=True, beta_in_rhs=True,
               last_row_unsolved=False, read_bf16=False, predict_bf16=False,
               state_bf16=False, read_with="q", predict="k", factors_swapped=False,
-              beta_on_values=False, intra_values="u", handed=None):
+              beta_on_values=False, intra_values="u", lower_from="k", handed=None):
     """o [B, N, T, Hv] in float64, chunk by chunk as the kernels compute it, with flags
     for the known near-misses (the defaults give the right answer):
       causal      "j<=i" right, "j<i" the diagonal left out, "all" the future seen,
@@ -105,6 +105,7 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
       factors_swapped  since_start and until_end unpacked in each other's place;
       beta_on_values  the right-hand side beta V - K S (beta on the values only);
       intra_values  "u" right, "v": the output's causal part sums v, not u;
+      lower_from  "k" right, "q": L made from q_i . k_j, not k_i . k_j;
       handed      a list: each chunk's state as it reaches the chunk (the state the
                   recurrence hands on, float64 [H, Hv]) is appended to it, in order
                   (b, n, chunk)."""
@@ -155,7 +156,8 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
                             decay = 1.0 if solve == "undecayed" else np.exp(np.where(
                                 keep > 0, cum[:, None] - cum[None, :], -np.inf))
                             lower = np.where(keep > 0, (bt if beta_in_lower else 1.0)
-                                             * (K @ K.T) * decay, 0.0)
+                                             * ((Q if lower_from == "q" else K) @ K.T)
+                                             * decay, 0.0)
                             for i in range(C - 1 if last_row_unsolved else C):
                                 u[i] = u[i] - lower[i] @ u   # rows of u in order, in place
                 new_S = whole * S + (K * to_end).T @ u
@@ -346,7 +348,14 @@ def substitution_likely(lower, rhs, expected):
             u = u - lower[i] @ u
         return u.astype(np.float32)
 
-    return {"last_row_unsolved": last_row_unsolved, "all_rows_changed": all_rows_changed}
+    def earlier_rows_changed():   # jnp.where(rows <= i, ...): rows 0 .. i all change
+        u = np.asarray(rhs, np.float64).copy()
+        for i in range(C):
+            u[:i + 1] = u[:i + 1] - lower[i] @ u
+        return u.astype(np.float32)
+
+    return {"last_row_unsolved": last_row_unsolved, "all_rows_changed": all_rows_changed,
+            "earlier_rows_changed": earlier_rows_changed}
 
 
 def delta_likely(wrong):
@@ -364,6 +373,7 @@ def delta_likely(wrong):
             "system_mask_transposed": wrong(solve="j>i"),
             "beta_on_values": wrong(beta_on_values=True),
             "output_from_v": wrong(intra_values="v"),
+            "system_from_queries": wrong(lower_from="q"),
             "prediction_in_bf16": wrong(predict_bf16=True)}
 
 
@@ -525,6 +535,22 @@ def check_factors(factors, C):
                  "and of k by broadcasting.", [("shape", f"{name}: expected {shape} · yours "
                                                          f"{yours.shape}")])
     return factors
+
+
+def holds_narrow_floats(function, *args):
+    """Whether ``function(*args)``'s traced program holds any bf16 or f16 value: where it
+    holds none, small errors are no rounding, and the diagnosis must not say they are."""
+    return _narrow_floats(jax.make_jaxpr(function)(*args).jaxpr)
+
+
+def check_factor(yours, expected, *, name, narrow, likely):
+    """check() of one of decay_factors' outputs (float32, tolerance 1e-3), told whether
+    the function holds any narrow float (``holds_narrow_floats``)."""
+    try:
+        check(yours, expected, name=name, tolerance=1e-3, likely=likely)
+    except Mismatch as mismatch:
+        mismatch.narrow = narrow
+        raise
 
 
 def check_within_masked(within):
