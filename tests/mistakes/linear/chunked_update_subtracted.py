@@ -2,7 +2,7 @@
 on is minus the right one: the error is a read of the right state, but the read is right."""
 PUZZLE = "linear.chunked"
 EXPECT = "an update subtracted gives -1"
-AVOID = "q S is where to look"
+AVOID = "as a wrong read of the right state would"
 
 
 def linear_kernel(q_ref, k_ref, v_ref, o_ref, state_ref):

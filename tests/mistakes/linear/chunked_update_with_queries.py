@@ -2,7 +2,7 @@
 The read is right, the state it reads is not."""
 PUZZLE = "linear.chunked"
 EXPECT = "the state reaching the later chunks is wrong"
-AVOID = "errs by a read of the right state"
+AVOID = "as a wrong read of the right state would"
 
 
 def linear_kernel(q_ref, k_ref, v_ref, o_ref, state_ref):

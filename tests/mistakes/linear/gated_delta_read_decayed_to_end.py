@@ -1,7 +1,7 @@
 """linear.gated_delta: q S is read decayed by until_end (the factor of the rows of k),
 not by since_start: the state is right, its read is wrong."""
 PUZZLE = "linear.gated_delta"
-EXPECT = "every later chunk errs by a read of the right state"
+EXPECT = "is q S read with its decay, since_start * (Q S)"
 AVOID = "the state reaching the later chunks is wrong"
 
 
