@@ -18,6 +18,8 @@ and are skipped elsewhere.
 Keys are L2-normalised wherever the delta rule runs (its callers do that), log
 decays lie in [-5, 0] and beta in [0, 1].
 """
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -142,8 +144,8 @@ def test_chunked(B, N, T, H, Hv, chunk, dtype, offset, rng):
     lesson.check_chunks_in_order(ran)
     lesson.check_state_reset_once(ran)
     lesson.check_state_read_in_float32(ran)
-    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=tolerance(dtype),
-          likely=lesson.chunked_likely(wrong))
+    lesson.check_chunked(ran, expected, wrong=wrong, chunk=chunk, tolerance=tolerance(dtype),
+                         likely=lesson.chunked_likely(wrong))
     if tpu_sized():
         return
     check_work(ran, flops=lesson.chunk_flops(B, N, T, H, Hv, chunk),
@@ -182,9 +184,10 @@ def test_gating_decay_factors(C, strength, rng):
     expected = factors_of(np.cumsum(a))
     exclusive = factors_of(np.cumsum(a) - a)
     lesson.check_within_masked(factors[0])
+    narrow = lesson.holds_narrow_floats(linear.decay_factors, jnp.asarray(log_decay))
     for name, yours in zip(("within", "since_start", "until_end", "across"), factors):
-        check(yours, expected[name].astype(np.float32), name=name, tolerance=1e-3,
-              likely={"decay_exclusive": exclusive[name].astype(np.float32)})
+        lesson.check_factor(yours, expected[name].astype(np.float32), name=name, narrow=narrow,
+                            likely={"decay_exclusive": exclusive[name].astype(np.float32)})
 
 
 @puzzle("linear.gating")
@@ -212,8 +215,8 @@ def test_gating(B, N, T, H, Hv, chunk, strength, dtype, offset, rng):
     lesson.check_chunks_in_order(ran)
     lesson.check_state_reset_once(ran)
     lesson.check_state_read_in_float32(ran)
-    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv", tolerance=tolerance(dtype),
-          likely=lesson.gating_likely(wrong))
+    lesson.check_chunked(ran, expected, wrong=wrong, chunk=chunk, tolerance=tolerance(dtype),
+                         likely=lesson.gating_likely(wrong))
     lesson.check_decay_masked(ran)
     if tpu_sized():
         return
@@ -288,11 +291,12 @@ def test_delta_rule(B, N, T, H, Hv, chunk, edges, dtype, rng):
     lesson.check_chunks_in_order(ran)
     lesson.check_state_reset_once(ran)
     lesson.check_state_read_in_float32(ran)
-    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
-          tolerance=tolerance(dtype), likely=lesson.delta_likely(wrong))
+    lesson.check_chunked(ran, expected, wrong=wrong, chunk=chunk, tolerance=tolerance(dtype),
+                         likely=lesson.delta_likely(wrong))
     if tpu_sized():
         return
-    check_work(ran, flops=lesson.chunk_flops(B, N, T, H, Hv, chunk, delta=True))
+    check_work(ran, flops=lesson.flops_of(ran, functools.partial(
+        lesson.chunk_flops, B, N, T, H, Hv, chunk, delta=True)))
     lowers_for_tpu(ran)
 
 
@@ -323,14 +327,14 @@ def test_gated_delta(B, N, T, H, Hv, chunk, strength, edges, dtype, rng):
     lesson.check_chunks_in_order(ran)
     lesson.check_state_reset_once(ran)
     lesson.check_state_read_in_float32(ran)
-    check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
-          tolerance=tolerance(dtype),
-          likely=lesson.gated_delta_likely(wrong, q, k, v, log_decay, beta, chunk=chunk,
-                                           dtype=dtype))
+    lesson.check_chunked(ran, expected, wrong=wrong, chunk=chunk, tolerance=tolerance(dtype),
+                         likely=lesson.gated_delta_likely(wrong, q, k, v, log_decay, beta,
+                                                          chunk=chunk, dtype=dtype))
     lesson.check_decay_masked(ran)
     if tpu_sized():
         return
-    check_work(ran, flops=lesson.chunk_flops(B, N, T, H, Hv, chunk, delta=True))
+    check_work(ran, flops=lesson.flops_of(ran, functools.partial(
+        lesson.chunk_flops, B, N, T, H, Hv, chunk, delta=True)))
     lowers_for_tpu(ran)
 
 
@@ -357,6 +361,12 @@ def public(q, k, v, beta, log_decay, *, chunk, names):
                  id="B=N=1 T=1 H=16 Hv=8 chunk=64 bf16 (one token, gated delta rule)"),
     pytest.param(1, 2, 100, 32, 64, 16, "bfloat16", PUBLIC[1:2],
                  id="B=1 N=2 T=100 H=32 Hv=64 chunk=16 bf16 (7 chunks, gated linear attention)"),
+    # T a multiple of the chunk (and of 8): no padding at all, beside the T's above that
+    # need some; the same T shorter than the chunk shrinks it to T, and pads nothing.
+    pytest.param(1, 2, 32, 16, 16, 16, "float32", PUBLIC[::3],
+                 id="B=1 N=2 T=32 H=Hv=16 chunk=16 (2 whole chunks: no padding)"),
+    pytest.param(1, 1, 24, 16, 16, 64, "float32", PUBLIC[1:3],
+                 id="B=N=1 T=24 H=Hv=16 chunk=64 (chunk shrinks to T=24: no padding)"),
     pytest.param(2, 8, 3000, 128, 128, 64, "bfloat16", PUBLIC,
                  id="B=2 N=8 T=3000 H=Hv=128 chunk=64 bf16 (all four)-tpu", marks=on_tpu),
 ])
@@ -379,7 +389,8 @@ def test_api(B, N, T, H, Hv, chunk, dtype, names, rng):
         return
     # A chunk longer than the sequence shrinks to it, rounded up to 8 rows.
     lesson.check_chunk_rounded(ran, T=T, chunk=chunk)
-    check_work(ran, flops=lesson.api_flops(B, N, T, H, Hv, chunk, names))
+    check_work(ran, flops=lesson.flops_of(ran, functools.partial(
+        lesson.api_flops, B, N, T, H, Hv, chunk, names)))
     lowers_for_tpu(ran)
 
 

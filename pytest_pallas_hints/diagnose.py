@@ -181,11 +181,13 @@ def _agrees(y: np.ndarray, wrong: np.ndarray, tolerance: float) -> bool:
 def _later_blocks(dim: int, axis: str, carries: bool | None) -> Finding:
     """The first block along ``dim`` right, every later one wrong."""
     if carries:
-        says = (f"the first block along {axis} is right and every later one is wrong: each "
-                "block alone is computed right, but what one step hands to the next along "
-                f"{axis} (a state or accumulator your kernel carries in scratch or a loop) "
-                "is not: updated before it is used, not updated, updated with the wrong "
-                "value, or reset where it should carry on.")
+        says = (f"the first block along {axis} is right and every later one is wrong. "
+                f"Your kernel carries a value from step to step along {axis} (a state or "
+                "accumulator in scratch or a loop), and the first step sees it empty: is "
+                "what one step hands to the next wrong (updated before it is used, not "
+                "updated, updated with the wrong value, reset where it should carry on), "
+                "or is it right and a later step reads it wrong (the wrong operand, a "
+                "factor missing)?")
     else:
         says = (f"the first block along {axis} is right and every later one is wrong: does "
                 f"an index map ignore the grid axis of {axis} (every step reading or "

@@ -25,25 +25,29 @@ import jax
 import jax.numpy as jnp
 
 from .. import jaxcompat
-from ..checking import check_traffic, fail, raised
+from ..checking import Mismatch, _narrow_floats, check, check_traffic, fail, raised
+from ..diagnose import Finding, close
 from ..frozen import np
 
 
 # --- the recurrence in float64 NumPy, and its known near-misses ------------------
 
 def recurrence(q, k, v, log_decay=None, beta=None, *, read_first=False,
-               decay_after_write=False, erase_undecayed=False, beta_on_keys=False):
+               decay_after_write=False, erase_undecayed=False, beta_on_keys=False,
+               beta_on_values=False, decay_not_exp=False):
     """o [B, N, T, Hv] in float64, one token at a time:
         S_t = g_t S_{t-1} + k_t^T w_t,   o_t = q_t S_t,   g_t = exp(log_decay_t),
         w_t = v_t (no beta) or beta_t (v_t - g_t k_t S_{t-1}) (the delta rule).
     The flags make known wrong recurrences: o_t read before the update; the decay
-    applied after the write; the erase reading the undecayed state; beta on k only."""
+    applied after the write; the erase reading the undecayed state; beta on k only;
+    beta on v only (beta_t v_t - k_t S); the log decay itself as the factor (no exp)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     B, N, T, H = q.shape
     S = np.zeros((B, N, H, v.shape[-1]))
     o = np.zeros(v.shape)
     for t in range(T):
-        g = 1.0 if log_decay is None else np.exp(np.float64(log_decay[:, :, t]))[..., None, None]
+        a = None if log_decay is None else np.float64(log_decay[:, :, t])[..., None, None]
+        g = 1.0 if a is None else a if decay_not_exp else np.exp(a)
         if not decay_after_write:
             S_read = S if erase_undecayed else g * S
             S = g * S
@@ -53,7 +57,8 @@ def recurrence(q, k, v, log_decay=None, beta=None, *, read_first=False,
         if beta is not None:
             b = np.asarray(beta[:, :, t], np.float64)[..., None]
             erase = np.einsum("bnh,bnhv->bnv", k[:, :, t], S_read)
-            w = w - b * erase if beta_on_keys else b * (w - erase)
+            w = w - b * erase if beta_on_keys else b * w - erase if beta_on_values else \
+                b * (w - erase)
         if read_first:
             o[:, :, t] = np.einsum("bnh,bnhv->bnv", q[:, :, t], S)
         S = S + k[:, :, t][..., :, None] * w[..., None, :]
@@ -69,17 +74,22 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
               since_start=True, until_end=True, across=True, solve="j<i", erase="decayed",
               beta_on_keys=False, beta_in_lower=True, beta_in_rhs=True,
               last_row_unsolved=False, read_bf16=False, predict_bf16=False,
-              state_bf16=False):
+              state_bf16=False, read_with="q", predict="k", factors_swapped=False,
+              beta_on_values=False, intra_values="u", lower_from="k", handed=None):
     """o [B, N, T, Hv] in float64, chunk by chunk as the kernels compute it, with flags
     for the known near-misses (the defaults give the right answer):
-      causal      "j<=i" right, "j<i" the diagonal left out, "all" the future seen;
+      causal      "j<=i" right, "j<i" the diagonal left out, "all" the future seen,
+                  "j>=i" the mask transposed (the future seen, the past hidden);
       carry       False: the state is reset at every chunk (never carried);
       state_first the state updated with the chunk before the chunk reads it;
       reset_per_head False: the state carried from one (b, n) sequence into the next;
       decay_twice the state's contribution decayed by the whole chunk, then per row;
       exclusive   b_i = log_decay_0 + ... + log_decay_{i-1} (the own step left out);
-      since_start, until_end, across: False leaves that decay factor out;
-      solve       "j<i" right, "j<=i" the diagonal in the triangular system,
+      since_start, until_end, across: False leaves that decay factor out (since_start
+                  of q S only: the prediction's is erase="undecayed");
+      solve       "j<i" right, "j<=i" the diagonal in the triangular system, "j>i"
+                  its mask transposed (substitution in row order then reads only
+                  rows not yet solved: u = rhs - upper @ rhs),
                   "undecayed" the system without the decay, None: no system (u = the
                   right-hand side);
       erase       "decayed" right, "undecayed" S_prev not decayed to row i, "none" no
@@ -89,7 +99,16 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
       last_row_unsolved  the solve stops a row short (the last row keeps its
                   right-hand side);
       read_bf16, predict_bf16, state_bf16: the state rounded to bfloat16 for q S, for
-                  the delta rule's prediction K S, or kept in bfloat16."""
+                  the delta rule's prediction K S, or kept in bfloat16;
+      read_with   "q" right, "k": the state read with the chunk's keys, K S for Q S;
+      predict     "k" right, "q": the delta rule's prediction made with the queries;
+      factors_swapped  since_start and until_end unpacked in each other's place;
+      beta_on_values  the right-hand side beta V - K S (beta on the values only);
+      intra_values  "u" right, "v": the output's causal part sums v, not u;
+      lower_from  "k" right, "q": L made from q_i . k_j, not k_i . k_j;
+      handed      a list: each chunk's state as it reaches the chunk (the state the
+                  recurrence hands on, float64 [H, Hv]) is appended to it, in order
+                  (b, n, chunk)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     B, N, T, H = q.shape
     o = np.zeros(v.shape)
@@ -108,9 +127,15 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
                 cum = np.cumsum(a) - (a if exclusive else 0)
                 total = a.sum()
                 with np.errstate(over="ignore"):
-                    within = masks[causal](np.exp(np.minimum(cum[:, None] - cum[None, :], 700)))
-                factor = np.exp(cum)[:, None] if since_start else np.ones((C, 1))
-                to_end = np.exp(total - cum)[:, None] if until_end else np.ones((C, 1))
+                    within = np.exp(np.minimum(cum[:, None] - cum[None, :], 700))
+                within = np.tril(within).T if causal == "j>=i" else masks[causal](within)
+                decayed, to_end = np.exp(cum)[:, None], np.exp(total - cum)[:, None]
+                if factors_swapped:
+                    decayed, to_end = to_end, decayed
+                factor = decayed if since_start else np.ones((C, 1))   # for q S only
+                to_end = to_end if until_end else np.ones((C, 1))
+                if handed is not None:
+                    handed.append(S.copy())
                 whole = np.exp(total) if across else 1.0
                 if beta is None:
                     u = V
@@ -119,16 +144,20 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
                     if erase == "none":
                         u = bt * V
                     else:
-                        pred = K @ (bf16(S) if predict_bf16 else S) * (
-                            factor if erase == "decayed" else 1.0)
-                        u = V - bt * pred if beta_on_keys else (
-                            bt if beta_in_rhs else 1.0) * (V - pred)
-                        if solve is not None:
+                        seen = bf16(S) if predict_bf16 else S
+                        pred = (Q if predict == "q" else K) @ seen * (
+                            decayed if erase == "decayed" else 1.0)
+                        u = V - bt * pred if beta_on_keys else bt * V - pred \
+                            if beta_on_values else (bt if beta_in_rhs else 1.0) * (V - pred)
+                        if solve == "j>i":   # rows after i, still their right-hand side
+                            u = u - np.triu(bt * (K @ K.T), 1) @ u
+                        elif solve is not None:
                             keep = np.tril(np.ones((C, C)), 0 if solve == "j<=i" else -1)
                             decay = 1.0 if solve == "undecayed" else np.exp(np.where(
                                 keep > 0, cum[:, None] - cum[None, :], -np.inf))
                             lower = np.where(keep > 0, (bt if beta_in_lower else 1.0)
-                                             * (K @ K.T) * decay, 0.0)
+                                             * ((Q if lower_from == "q" else K) @ K.T)
+                                             * decay, 0.0)
                             for i in range(C - 1 if last_row_unsolved else C):
                                 u[i] = u[i] - lower[i] @ u   # rows of u in order, in place
                 new_S = whole * S + (K * to_end).T @ u
@@ -137,8 +166,10 @@ def chunkwise(q, k, v, log_decay=None, beta=None, *, chunk, causal="j<=i", carry
                 read = new_S if state_first else S
                 if read_bf16:
                     read = bf16(read)
-                from_state = factor * (Q @ read) * (whole if decay_twice else 1.0)
-                o[b, n, rows] = (Q @ K.T * within) @ u + from_state
+                from_state = factor * ((K if read_with == "k" else Q) @ read) * (
+                    whole if decay_twice else 1.0)
+                o[b, n, rows] = (Q @ K.T * within) @ (V if intra_values == "v" else u) \
+                    + from_state
                 S = new_S if carry else np.zeros_like(S)
     return o
 
@@ -150,13 +181,100 @@ def bf16(x):
 
 def expected_and_wrong(q, k, v, log_decay=None, beta=None, *, chunk, dtype):
     """The expected output in the inputs' dtype, and a function that makes the output
-    of a known near-miss (chunkwise with its flags) in the same dtype."""
+    of a known near-miss (chunkwise with its flags) in the same dtype. ``wrong.handed()``
+    gives the states the recurrence hands to each chunk, [B, N, chunks, H, Hv]."""
     expected = recurrence(q, k, v, log_decay, beta).astype(dtype)
 
     def wrong(**flags):
         return lambda: chunkwise(q, k, v, log_decay, beta, chunk=chunk, **flags).astype(dtype)
 
+    def handed():
+        states = []
+        chunkwise(q, k, v, log_decay, beta, chunk=chunk, handed=states)
+        B, N = q.shape[:2]
+        return np.stack(states).reshape(B, N, -1, *states[0].shape)
+
+    wrong.handed = handed
     return expected, wrong
+
+
+# --- the state handed on, or its read? ----------------------------------------------
+
+def check_chunked(ran, expected, *, wrong, likely, chunk, tolerance):
+    """check() of a chunked kernel's output, with the evidence that separates the two
+    causes of "the first chunk right, every later one wrong": the first chunk reads an
+    empty state, so a wrong state and a wrong read of the right state look alike there.
+    A read of the state is linear in it: if the state reaching chunk c is right (S_c,
+    the recurrence's), any wrong read of it errs by X S_c for some matrix X. So when
+    every later chunk's error is X S_c (least squares leaves nothing over), the read is
+    what to question; when no X fits, the state reaching the chunks is wrong. Said only
+    where S_c has fewer rows than columns (H < Hv): otherwise every error is some X S_c
+    and the outputs cannot tell the two apart."""
+    try:
+        check(ran, expected, blocks=(1, 1, chunk, None), axes="B N T Hv",
+              tolerance=tolerance, likely=likely)
+    except Mismatch as mismatch:
+        raise _HandedOn(mismatch, wrong, chunk) from None
+
+
+class _HandedOn(Mismatch):
+    """A Mismatch whose "later_blocks" finding is replaced by what the states show."""
+
+    def __init__(self, mismatch, wrong, chunk):
+        self.__dict__.update(mismatch.__dict__)
+        AssertionError.__init__(self, *mismatch.args)
+        self._wrong, self._chunk = wrong, chunk
+
+    def findings(self):
+        findings = super().findings()
+        if findings and findings[0].kind == "later_blocks":
+            shown = _state_or_read(self.yours, self.expected, self._wrong, self._chunk,
+                                   self.tolerance)
+            if shown is not None:
+                findings[0] = Finding(*shown, facts=findings[0].facts, detail="T")
+        return findings
+
+
+def _state_or_read(yours, expected, wrong, chunk, tolerance):
+    """(kind, says) from the states handed on, or None where they cannot tell."""
+    y, e = (np.asarray(x, np.float64) for x in (yours, expected))
+    if np.isnan(y).any():
+        return None
+    # What the earlier chunks give each chunk: the right output less the chunk's own,
+    # from an empty state. Scaled by one factor, the state or its read is scaled.
+    earlier = e - np.asarray(wrong(carry=False)(), np.float64)
+    alpha = 1 + np.sum((y - e) * earlier) / max(np.sum(earlier * earlier), 1e-300)
+    if close(y, e + (alpha - 1) * earlier, tolerance).all():
+        return "state_scaled", (
+            f"the first chunk is right, and in every later one what the earlier chunks "
+            f"give is {alpha:.3g} times the right amount (your output = the chunk's own "
+            f"part + {alpha:.3g} × the earlier chunks' part). Is the state handed on "
+            f"{alpha:.3g} times the right one (an update subtracted gives -1, one added "
+            "twice 2), or is its read scaled?")
+    states = wrong.handed()
+    if states.shape[-2] >= states.shape[-1] or states.shape[2] < 2:
+        return None
+    read = e.copy()   # the right output plus the best linear read of the right state
+    for b, n, c in np.ndindex(*states.shape[:3]):
+        if c == 0:
+            continue
+        rows = slice(c * chunk, (c + 1) * chunk)
+        S = states[b, n, c]
+        X = np.linalg.lstsq(S.T, (y[b, n, rows] - e[b, n, rows]).T, rcond=None)[0].T
+        read[b, n, rows] += X @ S
+    if close(y, read, tolerance).all():
+        return "state_read", (
+            "the first chunk is right and every later one is wrong by a read of the right "
+            "state: chunk c errs by X S_c, S_c the state the recurrence hands to it (least "
+            "squares finds an X that leaves nothing over), as a wrong read of the right "
+            "state would. Is the state read with another matrix than q, or without its "
+            "decay?")
+    return "state_handed_on", (
+        "the first chunk is right and every later one is wrong, and no read of the right "
+        "state explains it (no X makes chunk c's error X S_c, S_c the state the "
+        "recurrence hands to it): the state that reaches the later chunks is wrong. Is "
+        "it updated before it is used, not updated, updated with the wrong value, or "
+        "reset where it should carry on?")
 
 
 # --- known near-misses, as likely= dicts -------------------------------------------
@@ -171,7 +289,9 @@ def recurrent_likely(q, k, v, log_decay, beta, dtype):
     return {"read_first": wrong(read_first=True),
             "decay_after_write": wrong(decay_after_write=True),
             "erase_undecayed": wrong(erase_undecayed=True),
-            "beta_on_keys": wrong(beta_on_keys=True)}
+            "beta_on_keys": wrong(beta_on_keys=True),
+            "beta_on_values": wrong(beta_on_values=True),
+            "decay_not_exp": wrong(decay_not_exp=True)}
 
 
 def intra_likely(q, k, v, *, chunk, dtype):
@@ -183,31 +303,35 @@ def intra_likely(q, k, v, *, chunk, dtype):
 
     return {"future_visible": within(causal="all"),
             "diagonal_excluded": within(causal="j<i"),
+            "mask_transposed": within(causal="j>=i"),
             "state_carried": lambda: recurrence(q, k, v).astype(dtype)}
 
 
 def chunked_likely(wrong):
-    """The chunked kernel's near-misses (puzzle 3), from ``expected_and_wrong``'s wrong."""
+    """The chunked kernel's near-misses (puzzle 3), from ``expected_and_wrong``'s wrong.
+    Every later puzzle repeats this kernel, so each of them offers these too."""
     return {"state_first": wrong(state_first=True),
             "state_dropped": wrong(carry=False),
             "future_visible": wrong(causal="all"),
             "diagonal_excluded": wrong(causal="j<i"),
+            "mask_transposed": wrong(causal="j>=i"),
+            "read_with_keys": wrong(read_with="k"),
             "state_across_heads": wrong(reset_per_head=False),
             "state_read_in_bf16": wrong(read_bf16=True),
             "state_in_bf16": wrong(state_bf16=True)}
 
 
 def gating_likely(wrong):
-    """The gated kernel's near-misses (puzzle 4): each decay factor left out or taken
-    twice, the own step left out of b, the diagonal left out, the state misused."""
-    return {"decay_twice": wrong(decay_twice=True),
+    """The gated kernel's near-misses (puzzle 4): the chunked kernel's, each decay
+    factor left out or taken twice, two factors unpacked in each other's place, the own
+    step left out of b. The gated delta rule repeats them all."""
+    return {**chunked_likely(wrong),
+            "decay_twice": wrong(decay_twice=True),
             "decay_exclusive": wrong(exclusive=True),
             "state_not_decayed": wrong(across=False),
             "writes_not_decayed": wrong(until_end=False),
             "rows_not_decayed": wrong(since_start=False),
-            "diagonal_excluded": wrong(causal="j<i"),
-            "state_first": wrong(state_first=True),
-            "state_dropped": wrong(carry=False)}
+            "factors_swapped": wrong(factors_swapped=True)}
 
 
 def substitution_likely(lower, rhs, expected):
@@ -224,34 +348,44 @@ def substitution_likely(lower, rhs, expected):
             u = u - lower[i] @ u
         return u.astype(np.float32)
 
-    return {"last_row_unsolved": last_row_unsolved, "all_rows_changed": all_rows_changed}
+    def earlier_rows_changed():   # jnp.where(rows <= i, ...): rows 0 .. i all change
+        u = np.asarray(rhs, np.float64).copy()
+        for i in range(C):
+            u[:i + 1] = u[:i + 1] - lower[i] @ u
+        return u.astype(np.float32)
+
+    return {"last_row_unsolved": last_row_unsolved, "all_rows_changed": all_rows_changed,
+            "earlier_rows_changed": earlier_rows_changed}
 
 
 def delta_likely(wrong):
-    """The known near-misses of the delta rule's kernels (puzzles 5 and 6)."""
-    return {"solve_diagonal": wrong(solve="j<=i"),
+    """The known near-misses of the delta rule's kernels (puzzles 5 and 6): the chunked
+    kernel's, and the triangular system's and the erase's."""
+    return {**chunked_likely(wrong),
+            "solve_diagonal": wrong(solve="j<=i"),
             "beta_on_keys": wrong(beta_on_keys=True),
             "beta_left_out_of_lower": wrong(beta_in_lower=False),
             "beta_left_out_of_rhs": wrong(beta_in_rhs=False),
             "last_row_unsolved": wrong(last_row_unsolved=True),
             "no_solve": wrong(solve=None),
             "no_erase": wrong(erase="none"),
-            "state_first": wrong(state_first=True),
-            "state_dropped": wrong(carry=False),
-            "prediction_in_bf16": wrong(predict_bf16=True),
-            "state_read_in_bf16": wrong(read_bf16=True)}
+            "prediction_with_queries": wrong(predict="q"),
+            "system_mask_transposed": wrong(solve="j>i"),
+            "beta_on_values": wrong(beta_on_values=True),
+            "output_from_v": wrong(intra_values="v"),
+            "system_from_queries": wrong(lower_from="q"),
+            "prediction_in_bf16": wrong(predict_bf16=True)}
 
 
 def gated_delta_likely(wrong, q, k, v, log_decay, beta, *, chunk, dtype):
-    """The gated delta rule's near-misses (puzzle 6): the delta rule's, the system or
-    the erase without the decay, the decay taken twice, the gates swapped."""
-    return {"undecayed_solve": wrong(solve="undecayed"),
+    """The gated delta rule's near-misses (puzzle 6): gating's and the delta rule's (it
+    repeats both), the system or the erase without the decay, the gates swapped."""
+    return {**gating_likely(wrong), **delta_likely(wrong),
+            "undecayed_solve": wrong(solve="undecayed"),
             "erase_undecayed": wrong(erase="undecayed"),
-            "decay_twice": wrong(decay_twice=True),
             # beta_ref and log_decay_ref taken in the other order
             "gates_swapped": lambda: chunkwise(q, k, v, beta, log_decay,
-                                               chunk=chunk).astype(dtype),
-            **delta_likely(wrong)}
+                                               chunk=chunk).astype(dtype)}
 
 
 def api_likely(q, k, v, gate, *, T, chunk, dtype):
@@ -265,7 +399,13 @@ def api_likely(q, k, v, gate, *, T, chunk, dtype):
         padded = {key: np.pad(x, ((0, 0), (0, 0), (pad, 0))) for key, x in gate.items()}
         return recurrence(*front, **padded)[:, :, :T].astype(dtype)
 
-    likely = {"padded_in_front": shifted}
+    def cut_from_end():   # padded at the end, and the last T rows kept
+        pad = -T % min(chunk, -(-T // 8) * 8)
+        back = [np.pad(x, ((0, 0), (0, 0), (0, pad), (0, 0))) for x in (q, k, v)]
+        padded = {key: np.pad(x, ((0, 0), (0, 0), (0, pad))) for key, x in gate.items()}
+        return recurrence(*back, **padded)[:, :, pad:].astype(dtype)
+
+    likely = {"padded_in_front": shifted, "cut_from_end": cut_from_end}
     if len(gate) == 2:   # beta and log_decay handed to the kernel in the other order
         likely["gates_swapped"] = lambda: recurrence(
             q, k, v, log_decay=gate["beta"], beta=gate["log_decay"]).astype(dtype)
@@ -274,14 +414,25 @@ def api_likely(q, k, v, gate, *, T, chunk, dtype):
 
 # --- budgets: dot work, bytes and VMEM ---------------------------------------------
 
-def chunk_flops(B, N, T, H, Hv, chunk, *, delta=False):
+def flops_of(ran, flops):
+    """The first of the right counts ``flops`` (a function of solved_rows, the rows the
+    forward substitution runs) that is the kernel's, else the first: a substitution
+    from row 1 is as right as one from row 0 (row 0 has nothing to subtract)."""
+    right = [flops(solved_rows=None), flops(solved_rows=-1)]
+    return next((f for f in right if f == ran.work), right[0])
+
+
+def chunk_flops(B, N, T, H, Hv, chunk, *, delta=False, solved_rows=None):
     """The dots of the chunked kernels, per chunk: scores q k^T (C x C x H), scores @ v
     (C x C x Hv), q S and the update K^T V (C x H x Hv each); the delta rule adds k k^T,
-    k S, the forward substitution (one (1, C) @ (C, Hv) row per row) and nothing else."""
+    k S, the forward substitution (one (1, C) @ (C, Hv) row per row) and nothing else.
+    solved_rows: the rows the substitution runs (C; C - 1 is as right: row 0 of a
+    strictly lower system has nothing to subtract): -1 for C - 1, None for C."""
     C = chunk
     per_chunk = 2 * C * C * (H + Hv) + 2 * 2 * C * H * Hv
     if delta:
-        per_chunk += 2 * C * C * H + 2 * C * H * Hv + 2 * C * C * Hv
+        rows = C - 1 if solved_rows == -1 else C
+        per_chunk += 2 * C * C * H + 2 * C * H * Hv + 2 * rows * C * Hv
     return B * N * (T // C) * per_chunk
 
 
@@ -303,13 +454,14 @@ def api_chunk(T, chunk):
     return min(chunk, -(-T // 8) * 8)
 
 
-def api_flops(B, N, T, H, Hv, chunk, names):
+def api_flops(B, N, T, H, Hv, chunk, names, *, solved_rows=None):
     """The dots of the public functions ``names`` on one set of inputs: T padded to a
     whole number of chunks (``api_chunk``), the delta rule's extra dots for those named
     delta."""
     C = api_chunk(T, chunk)
     padded = -(-T // C) * C
-    return sum(chunk_flops(B, N, padded, H, Hv, C, delta="delta" in name) for name in names)
+    return sum(chunk_flops(B, N, padded, H, Hv, C, delta="delta" in name,
+                           solved_rows=solved_rows) for name in names)
 
 
 def chunked_vmem(chunk, H, Hv, itemsize):
@@ -383,6 +535,22 @@ def check_factors(factors, C):
                  "and of k by broadcasting.", [("shape", f"{name}: expected {shape} · yours "
                                                          f"{yours.shape}")])
     return factors
+
+
+def holds_narrow_floats(function, *args):
+    """Whether ``function(*args)``'s traced program holds any bf16 or f16 value: where it
+    holds none, small errors are no rounding, and the diagnosis must not say they are."""
+    return _narrow_floats(jax.make_jaxpr(function)(*args).jaxpr)
+
+
+def check_factor(yours, expected, *, name, narrow, likely):
+    """check() of one of decay_factors' outputs (float32, tolerance 1e-3), told whether
+    the function holds any narrow float (``holds_narrow_floats``)."""
+    try:
+        check(yours, expected, name=name, tolerance=1e-3, likely=likely)
+    except Mismatch as mismatch:
+        mismatch.narrow = narrow
+        raise
 
 
 def check_within_masked(within):

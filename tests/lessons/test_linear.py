@@ -170,13 +170,15 @@ def test_substitution_likely_by_hand():
     likely = lesson.substitution_likely(lower, r, expected)
     assert likely["last_row_unsolved"]().tolist() == [[2.0], [3.0]]
     assert likely["all_rows_changed"]().tolist() == [[1.0], [2.0]]
+    # rows <= i change at step i: step 1 subtracts a r0 from row 0 too
+    assert likely["earlier_rows_changed"]().tolist() == [[1.0], [2.0]]
 
 
 def test_api_likely():
     q, k, v, log_decay, beta = draw(1, 1, 20, 4, 3)
     gate = {"log_decay": log_decay, "beta": beta}
     likely = lesson.api_likely(q, k, v, gate, T=20, chunk=16, dtype="float32")
-    assert set(likely) == {"padded_in_front", "gates_swapped"}
+    assert set(likely) == {"padded_in_front", "cut_from_end", "gates_swapped"}
     # chunk 16, T 20: 12 zero tokens in front; the output of token t is the recurrence's
     # at t on the padded sequence, whose first 12 tokens write nothing
     pad = [np.pad(x, ((0, 0), (0, 0), (12, 0), (0, 0))) for x in (q, k, v)]
@@ -188,7 +190,7 @@ def test_api_likely():
     # T a whole number of chunks: no padding, and the right answer
     whole = lesson.api_likely(q[:, :, :16], k[:, :, :16], v[:, :, :16], {}, T=16, chunk=16,
                               dtype="float32")
-    assert set(whole) == {"padded_in_front"}
+    assert set(whole) == {"padded_in_front", "cut_from_end"}
     assert np.allclose(whole["padded_in_front"](), lesson.recurrence(
         q[:, :, :16], k[:, :, :16], v[:, :, :16]))
 

@@ -1,7 +1,7 @@
 """linear.chunked: the state is zeroed at the very first grid step only, so it runs on
 from one sequence into the next."""
 PUZZLE = "linear.chunked"
-EXPECT = "Zero the state at the first chunk of every (b, n)"
+EXPECT = "the state is zeroed at the first chunk of every (b, n)"
 
 
 def linear_kernel(q_ref, k_ref, v_ref, o_ref, state_ref):

@@ -1,7 +1,7 @@
 """linear.gating: exp(b_i - b_j) as exp(b_i) * exp(-b_j): under strong decay exp(b_i)
 underflows to 0, exp(-b_j) overflows to inf, and 0 * inf is NaN."""
 PUZZLE = "linear.gating"
-EXPECT = "Take exp(b_i - b_j) as one exp of a masked exponent"
+EXPECT = "exp(b_i) * exp(-b_j) is 0 * inf = NaN"
 
 
 def decay_factors(log_decay):

@@ -1,0 +1,31 @@
+"""linear.gated_delta: q S is read without its decay since the chunk's start."""
+PUZZLE = "linear.gated_delta"
+EXPECT = "q S misses its decay"
+AVOID = "compare the program ids"
+
+
+def gated_delta_kernel(q_ref, k_ref, v_ref, beta_ref, log_decay_ref, o_ref, state_ref):
+    @pl.when(pl.program_id(2) == 0)
+    def start_sequence():
+        state_ref[...] = jnp.zeros_like(state_ref)
+
+    q, k, v = q_ref[...], k_ref[...], v_ref[...]
+    state = state_ref[...]
+    beta = beta_ref[...].astype(jnp.float32)
+    within, since_start, until_end, across = decay_factors(
+        log_decay_ref[...].astype(jnp.float32))
+    row = jax.lax.broadcasted_iota(jnp.int32, within.shape, 0)
+    col = jax.lax.broadcasted_iota(jnp.int32, within.shape, 1)
+    keys = jnp.einsum("ih,jh->ij", k, k, preferred_element_type=jnp.float32)
+    lower = jnp.where(col < row, beta * keys * within, 0.0)
+    predicted = since_start * jnp.dot(k.astype(jnp.float32), state,
+                                      preferred_element_type=jnp.float32)
+    u = forward_substitution(lower, beta * (v.astype(jnp.float32) - predicted))
+    scores = jnp.einsum("ih,jh->ij", q, k, preferred_element_type=jnp.float32) * within
+    from_chunk = jnp.dot(scores.astype(v.dtype), u.astype(v.dtype),
+                         preferred_element_type=jnp.float32)
+    from_state = jnp.dot(q.astype(jnp.float32), state, preferred_element_type=jnp.float32)
+    o_ref[...] = (from_chunk + from_state).astype(o_ref.dtype)
+    k_to_end = (k * until_end).astype(k.dtype)
+    state_ref[...] = across * state + jnp.einsum("ih,iv->hv", k_to_end, u.astype(k.dtype),
+                                                 preferred_element_type=jnp.float32)
