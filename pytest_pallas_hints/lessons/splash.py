@@ -469,6 +469,8 @@ def families_mistakes(options, expected, T, S):
     if left is not None and right is not None:
         likely["window_exclusive"] = lambda: window(T, S, left - 1, right - 1)
         likely["window_sides_swapped"] = lambda: window(T, S, right, left)
+        likely["window_left_exclusive"] = lambda: window(T, S, left - 1, right)
+        likely["window_right_exclusive"] = lambda: window(T, S, left, right - 1)
     if left is not None and right is None:
         likely["window_exclusive"] = lambda: causal(T, S) & window(T, S, left - 1, None)
     if left is None and right is not None:
