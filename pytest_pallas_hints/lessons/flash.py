@@ -136,7 +136,7 @@ def grid_mistakes(q, k, v):
         return attention(q, k[:, :, kv], v[:, :, kv])[0].astype(dtype)
 
     def kv_follows_q():  # K and V's index map (b, n, i, 0): q block i sees kv block i
-        T, H = q.shape[2], q.shape[3]
+        T = q.shape[2]
         o = np.zeros(q.shape)
         for i in range(T // 128):
             rows = slice(i * 128, (i + 1) * 128)
