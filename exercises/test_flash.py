@@ -262,6 +262,8 @@ def test_gqa_checks_its_arguments(N, K, block_q, block_kv, rng):
                  id="B=1 N=4 K=2 T=100 S=71 H=64 keys j<=i jax.grad (one padded key)"),
     pytest.param(1, 2, 1, 60, 255, 128, False, "bfloat16",
                  id="B=1 N=2 K=1 T=60 S=255 H=128 bf16 (one padded key)"),
+    pytest.param(1, 2, 1, 64, 256, 64, False, "bfloat16",
+                 id="B=1 N=2 K=1 T=64 S=256 H=64 bf16 (whole blocks: nothing to pad)"),
     pytest.param(4, 32, 8, 4096, 4096, 128, True, "bfloat16",
                  id="B=4 N=32 K=8 T=S=4096 bf16 keys j<=i-tpu", marks=on_tpu),
 ])

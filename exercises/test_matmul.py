@@ -20,7 +20,7 @@ from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_traffic,
                                  lowers_for_tpu, measure, tpu_sized)
 from pytest_pallas_hints.lessons.matmul import (check_blocks_given, check_bytes_modelled,
                                                 epilogue_bytes, implied_bytes, judge_blocks,
-                                                k_blocks, legal_blocks, summed_in,
+                                                k_blocks, k_dropped, legal_blocks, summed_in,
                                                 summed_in_bf16_partials, tile_flops,
                                                 vmem_used)
 
@@ -96,7 +96,8 @@ def test_k_accumulate(M, K, N, bm, bk, bn, dtype, rng):
           tolerance=EXACT if dtype == "bfloat16" else None,
           likely={"last_k_only": lambda: k_blocks(a, b, bk)[-1].astype(dtype),
                   "first_k_only": lambda: k_blocks(a, b, bk)[0].astype(dtype),
-                  "bf16_accumulation": lambda: summed_in(a.dtype, a, b, bk)})
+                  "bf16_accumulation": lambda: summed_in(a.dtype, a, b, bk),
+                  **k_dropped(a, b, bk, dtype)})
     check_work(moved, flops=tile_flops(M, K, N, bm, bn))
     lowers_for_tpu(moved)
     itemsize = a.dtype.itemsize
@@ -206,6 +207,8 @@ def test_epilogue(M, K, N, bm, bk, bn, dtype, rng):
           likely={"bias_every_step": lambda: out(gelu(product + steps * bias64)),
                   "bias_missing": lambda: out(gelu(product)),
                   "activation_missing": lambda: out(product + bias64),
+                  "bias_twice": lambda: out(gelu(product + 2 * bias64)),
+                  "bias_after_gelu": lambda: out(gelu(product) + bias64),
                   "bias_follows_rows": bias_follows_rows})
     lowers_for_tpu(moved)
     itemsize = a.dtype.itemsize

@@ -135,9 +135,20 @@ def grid_mistakes(q, k, v):
         kv = slice(128, S)
         return attention(q, k[:, :, kv], v[:, :, kv])[0].astype(dtype)
 
+    def kv_follows_q():  # K and V's index map (b, n, i, 0): q block i sees kv block i
+        T = q.shape[2]
+        o = np.zeros(q.shape)
+        for i in range(T // 128):
+            rows = slice(i * 128, (i + 1) * 128)
+            o[:, :, rows] = attention(q[:, :, rows], k[:, :, rows], v[:, :, rows])[0]
+        return o.astype(dtype)
+
     return {"last_kv_block_only": last_kv_block_only,
             "first_kv_block_dropped": first_kv_block_dropped,
-            "no_scale": lambda: attention(q, k, v, sm_scale=1.0)[0].astype(dtype)}
+            "no_scale": lambda: attention(q, k, v, sm_scale=1.0)[0].astype(dtype),
+            "scale_one_over_h": lambda: attention(q, k, v, sm_scale=1 / q.shape[-1])[0]
+            .astype(dtype),
+            **({"kv_follows_q": kv_follows_q} if S >= q.shape[2] else {})}
 
 
 def causal_mistakes(q, k, v, block_q=128, block_kv=128):
@@ -186,7 +197,19 @@ def dense_mistakes(q, k, v, causal, dtype):
             "scale_sqrt_h": wrong(causal=causal, sm_scale=math.sqrt(H)),
             "head_modulo": wrong(causal=causal, head_of=lambda n: n % K),
             "mask_ignored": wrong(),
-            "bottom_right": wrong(causal=causal, diagonal=S - T)}
+            "bottom_right": wrong(causal=causal, diagonal=S - T),
+            **({"mask_transposed": lambda: mask_transposed(q, k, v).astype(dtype)}
+               if causal else {})}
+
+
+def mask_transposed(q, k, v):
+    """o of a causal mask built the wrong way round: query i sees keys j >= i."""
+    s, heads = scores(q, k)
+    T, S = s.shape[-2:]
+    s = np.where(np.arange(S)[None, :] >= np.arange(T)[:, None], s, -np.inf)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)) @ np.asarray(v, np.float64)[:, heads]
 
 
 def online_mistakes(q, k, v, block_kv):
@@ -221,8 +244,14 @@ def kv_loop_mistakes(q, k, v, block_kv):
         kv = slice(0, block_kv)
         return attention(q[one], k[kv][one], v[kv][one])[0][0, 0].astype(np.float32)
 
+    def last_kv_block_dropped():   # a loop one step short
+        kv = slice(0, k.shape[0] - block_kv)
+        return attention(q[one], k[kv][one], v[kv][one])[0][0, 0].astype(np.float32)
+
     return {"unnormalised": unnormalised, "first_kv_block_only": first_kv_block_only,
-            "no_scale": single(sm_scale=1.0)}
+            "no_scale": single(sm_scale=1.0),
+            **({"last_kv_block_dropped": last_kv_block_dropped}
+               if k.shape[0] > block_kv else {})}
 
 
 def logsumexp_mistakes(q, k, v, causal, kv_len, dtype):

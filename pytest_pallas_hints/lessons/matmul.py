@@ -24,6 +24,14 @@ def k_blocks(a, b, bk):
             for k in range(0, a.shape[1], bk)]
 
 
+def k_dropped(a, b, bk, dtype):
+    """{"first_k_dropped": ...}: the sum of every K block but the first (a scratch
+    zeroed after step 0's product was added), where there is more than one K block."""
+    if a.shape[1] <= bk:
+        return {}
+    return {"first_k_dropped": lambda: sum(k_blocks(a, b, bk)[1:]).astype(dtype)}
+
+
 def summed_in(dtype, a, b, bk):
     """What a kernel returns whose running sum is stored in `dtype` after every k step."""
     acc = np.zeros((a.shape[0], b.shape[1]), np.float32)

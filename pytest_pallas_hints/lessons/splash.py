@@ -469,6 +469,8 @@ def families_mistakes(options, expected, T, S):
     if left is not None and right is not None:
         likely["window_exclusive"] = lambda: window(T, S, left - 1, right - 1)
         likely["window_sides_swapped"] = lambda: window(T, S, right, left)
+        likely["window_left_exclusive"] = lambda: window(T, S, left - 1, right)
+        likely["window_right_exclusive"] = lambda: window(T, S, left, right - 1)
     if left is not None and right is None:
         likely["window_exclusive"] = lambda: causal(T, S) & window(T, S, left - 1, None)
     if left is None and right is not None:
@@ -771,8 +773,13 @@ def multihead_mistakes(q, k, v, mask, heads, tables, dtype):
         return lambda: following(q_padded, np.pad(k, pad), np.pad(v, pad), tables,
                                  **changes)[:, :, :T].astype(dtype)
 
+    def no_key_rows_nan():  # right, but a row that sees no key divides 0 by 0
+        blind = ~np.broadcast_to(mask, (N, T, S)).any(axis=-1)[None, :, :, None]
+        return np.where(blind, np.nan, attention(q, k, v, mask)).astype(dtype)
+
     return {"head_modulo": lambda: attention(q, k, v, mask,
                                              head_of=lambda n: n % K).astype(dtype),
+            "no_key_rows_nan": no_key_rows_nan,
             "first_head_mask": lambda: attention(q, k, v, heads[0, :T, :S])
             .astype(dtype),
             "masked_row_mean": masked_row_mean,

@@ -1,6 +1,6 @@
 """basics.row_sum: accumulates into o_ref without zeroing it at the first step."""
 PUZZLE = "basics.row_sum"
-EXPECT = "zero o_ref at the first j step"
+EXPECT = "Zero o_ref at the first j step"
 
 
 def row_sum_kernel(x_ref, o_ref):

@@ -1,6 +1,6 @@
 """matmul.k_accumulate: the scratch is never zeroed, so the first add reads garbage."""
 PUZZLE = "matmul.k_accumulate"
-EXPECT = "Zero the scratch at the first k step of every output tile"
+EXPECT = "zeroed at the first k step of every output tile"
 
 
 def matmul_kernel(a_ref, b_ref, o_ref, acc_ref, *, k_axis=2):
