@@ -99,13 +99,20 @@ def test_kv_loop(T, S, H, block_q, block_kv, rng):
 
 # 4 -------------------------------------------------------------------------
 @puzzle("flash.grid")
-@pytest.mark.parametrize("B, N, T, S, H, dtype", [
-    pytest.param(1, 2, 128, 384, 128, "bfloat16", id="B=1 N=2 T=128 S=384 H=128 bf16"),
-    pytest.param(4, 16, 2048, 2048, 128, "bfloat16", id="B=4 N=16 T=S=2048 bf16-tpu",
+@pytest.mark.parametrize("B, N, T, S, H, dtype, rising", [
+    pytest.param(1, 2, 128, 384, 128, "bfloat16", False, id="B=1 N=2 T=128 S=384 H=128 bf16"),
+    pytest.param(1, 1, 128, 256, 128, "float32", True,
+                 id="T=128 S=256 H=128, the last kv block's scores over 100 higher"),
+    pytest.param(4, 16, 2048, 2048, 128, "bfloat16", False, id="B=4 N=16 T=S=2048 bf16-tpu",
                  marks=on_tpu),
 ])
-def test_grid(B, N, T, S, H, dtype, rng):
+def test_grid(B, N, T, S, H, dtype, rising, rng):
+    """``rising``: a later kv block's scores exceed the first block's by more than exp's
+    float32 range (88): the running max must move, and what was summed be rescaled."""
     q, k, v = inputs(rng, B, N, N, T, S, H, dtype)
+    if rising:   # q . k / sqrt(H) = 2 x 5 x sqrt(128) = 113 on the last kv block
+        q = np.full_like(q, 2)
+        k[..., S - 128:, :] = 5
     ran = measure(flash.flash_grid, q, k, v, structure=grid_structure(B, N, T, S, H))
     check(ran, attention(q, k, v)[0].astype(dtype), blocks=(1, 1, 128, None), axes="B N T H",
           likely=lesson.grid_mistakes(q, k, v))
