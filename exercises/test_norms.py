@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_blocks, check_rejects,
+from pytest_pallas_hints import (Structure, cdiv, chapter, check_blocks, check_rejects,
                                  check_traffic, check_vmem, check_work, lowers_for_tpu, measure,
                                  tpu_sized)
 from pytest_pallas_hints.lessons import norms as lesson
@@ -98,7 +98,7 @@ def test_row_softmax(R, C, block_rows, dtype, scale, rng):
         return np.exp(x64 - x64.max(axis=1, keepdims=True)).astype(dtype)
 
     lesson.check_values(ran, ran, expected.astype(dtype), blocks=(block_rows, None), axes="R C",
-                        likely={"unnormalised": unnormalised})
+                        sums=True, likely={"unnormalised": unnormalised})
     if dtype == "bfloat16":
         lesson.check_rounded_once(ran.output, expected)
     if tpu_sized():
@@ -149,12 +149,12 @@ def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
     ran = measure(norms.softmax_long, x, block_rows=block_rows, block_cols=block_cols,
                   structure=SOFTMAX.where(grid=(cdiv(R, block_rows), 2, cdiv(C, block_cols))))
     check_blocks(ran, x=(block_rows, block_cols))
-    lesson.check_not_all_inf(ran.output, x)
+    lesson.check_not_all_inf(ran.output, x, ran)
     # bf16 outputs: the final rounding costs at most 0.4%; a bf16 statistic costs 3%.
     expected = softmax64(x)
     lesson.check_values(
           ran, ran, expected.astype(dtype), blocks=(block_rows, block_cols), axes="R C",
-          tolerance=None if dtype == "float32" else 1e-2, tail=C % block_cols != 0,
+          tolerance=None if dtype == "float32" else 1e-2, tail=C % block_cols != 0, sums=True,
           likely={"l_not_rescaled": lambda: lesson.online64(
                       x, block_cols, rescale=False).astype(dtype),
                   "last_block_statistics": lambda: lesson.online64(
@@ -204,7 +204,8 @@ def test_softmax_grad(R, C, block_rows, block_cols, dtype, common, rng):
     y, dx = ran.output
     p = softmax64(x)
     dy64, x64 = lesson.f64(dy, x)
-    lesson.check_values(ran, y, p.astype(dtype), name="y", blocks=(rows, cols), axes="R C")
+    lesson.check_values(ran, y, p.astype(dtype), name="y", blocks=(rows, cols), axes="R C",
+                        sums=True)
     lesson.check_alone(norms.softmax, x, like=x, block_rows=block_rows, block_cols=block_cols)
 
     def dx_of(y):
@@ -214,7 +215,7 @@ def test_softmax_grad(R, C, block_rows, block_cols, dtype, common, rng):
     # dx is computed from that y, in float32 until the store.
     lesson.check_values(
           ran, dx, dx_of(lesson.f64(y)[0])(), name="dx", blocks=(rows, cols), axes="R C",
-          tail=C % cols != 0,
+          tail=C % cols != 0, sums=True,
           likely={"given_x": dx_of(x64), "no_row_sum": lambda: (p * dy64).astype(dtype),
                   "sign_flipped": lambda: -dx_of(p)()})
     saved.check(rows=R * C, most=1, why=(
@@ -260,14 +261,16 @@ def test_rms_forward(R, D, block_rows, dtype, eps, rng):
     y, inv_rms = ran.output
     truth = rms64(x, scale, x, eps)
     x64, scale64 = lesson.f64(x, scale)
-    check(y, truth["y"].astype(dtype), name="y", blocks=(block_rows, None), axes="R D",
-          likely={"eps_outside": lambda: (x64 / (np.sqrt(truth["ms"]) + eps) * scale64)
-                  .astype(dtype),
-                  "scale_missing": lambda: truth["x_hat"].astype(dtype)})
+    lesson.check_values(
+        ran, y, truth["y"].astype(dtype), name="y", blocks=(block_rows, None), axes="R D",
+        likely={"eps_outside": lambda: (x64 / (np.sqrt(truth["ms"]) + eps) * scale64)
+                .astype(dtype),
+                "scale_missing": lambda: truth["x_hat"].astype(dtype)})
     lesson.check_saves_one_per_row(inv_rms, x)
-    check(inv_rms, truth["inv_rms"].astype(np.float32), name="inv_rms",
-          blocks=(block_rows, None), axes="R 1",
-          likely={"rms_not_inverted": lambda: (1 / truth["inv_rms"]).astype(np.float32)})
+    lesson.check_values(
+        ran, inv_rms, truth["inv_rms"].astype(np.float32), name="inv_rms",
+        blocks=(block_rows, None), axes="R 1",
+        likely={"rms_not_inverted": lambda: (1 / truth["inv_rms"]).astype(np.float32)})
     if dtype == "bfloat16":
         lesson.check_rounded_once(y, truth["y"], name="y")
     if tpu_sized():
@@ -300,12 +303,14 @@ def test_rms_backward(R, D, block_rows, dtype, rng):
     truth = rms64(x, scale, dy, 1e-6)
     tolerance = None if dtype == "float32" else 3e-2
     x64, scale64 = lesson.f64(x, scale)
-    check(y, truth["y"].astype(dtype), name="y", blocks=(rows, None), axes="R D",
-          likely={"eps_outside": lambda: (x64 / (np.sqrt(truth["ms"]) + 1e-6) * scale64)
-                  .astype(dtype)})
+    lesson.check_values(
+        ran, y, truth["y"].astype(dtype), name="y", blocks=(rows, None), axes="R D",
+        likely={"eps_outside": lambda: (x64 / (np.sqrt(truth["ms"]) + 1e-6) * scale64)
+                .astype(dtype)})
     lesson.check_alone(norms.rms_norm, x, scale, like=x, eps=1e-6, block_rows=block_rows)
-    check(dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
-          tolerance=tolerance, likely=lesson.rms_dx_likely(truth, dtype))
+    lesson.check_values(
+        ran, dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
+        tolerance=tolerance, likely=lesson.rms_dx_likely(truth, dtype))
     partial = lesson.row_blocks(lesson.f64(dy)[0] * truth["x_hat"], rows)
     lesson.check_values(ran, dscale, truth["dscale"].astype(dtype), name="dscale",
                         tolerance=tolerance, tail=R % rows != 0,
@@ -363,13 +368,15 @@ def test_layer_norm(R, D, block_rows, dtype, offset, rng):
     y, dx, dscale, dbias = ran.output
     truth = lesson.layer_norm64(x, scale, bias, dy, 1e-5)
     tolerance = None if dtype == "float32" else 3e-2
-    check(y, truth["y"].astype(dtype), name="y", blocks=(rows, None), axes="R D",
-          likely=lesson.layer_norm_y_likely(x, scale, bias, dy, dtype))
+    lesson.check_values(
+        ran, y, truth["y"].astype(dtype), name="y", blocks=(rows, None), axes="R D",
+        likely=lesson.layer_norm_y_likely(x, scale, bias, dy, dtype))
     if dtype == "bfloat16":   # the statistics in float32: y is the exact value rounded once
         lesson.check_rounded_once(y, truth["y"], name="y")
     lesson.check_alone(norms.layer_norm, x, scale, bias, like=x, eps=1e-5, block_rows=block_rows)
-    check(dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
-          tolerance=tolerance, likely=lesson.layer_norm_dx_likely(truth, dtype))
+    lesson.check_values(
+        ran, dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
+        tolerance=tolerance, likely=lesson.layer_norm_dx_likely(truth, dtype))
     partial = lesson.row_blocks(lesson.f64(dy)[0], rows)
     lesson.check_values(ran, dscale, truth["dscale"].astype(dtype), name="dscale",
                         tolerance=tolerance, tail=R % rows != 0,
@@ -456,11 +463,11 @@ def test_fused_xent(T, D, V, block_t, block_v, dtype, logits, rng):
     truth = lesson.xent64(h, w, labels)
     one_block = lesson.vocabulary_block_likely(h, w, labels, block_v=block_v)
     lesson.check_values(ran, loss, truth["loss"].astype(np.float32), name="loss",
-                        blocks=(block_t,), axes="T", tail=V % block_v != 0,
+                        blocks=(block_t,), axes="T", tail=V % block_v != 0, sums=True,
                         likely=one_block["loss"])
     lesson.check_values(ran, lse, truth["lse"][:, None].astype(np.float32), name="lse",
                         blocks=(block_t, None), axes="T 1", tail=V % block_v != 0,
-                        likely=one_block["lse"])
+                        sums=True, likely=one_block["lse"])
     if tpu_sized():
         return
     lesson.check_no_vocabulary_array(ran, T, V)
@@ -503,8 +510,9 @@ def test_xent_backward(T, D, V, block_t, block_v, dtype, common, rng):
     loss, dh, dw = ran.output
     truth = lesson.xent64(h, w, labels, dloss)
     tolerance = 1e-4 if dtype == "float32" else 3e-2
-    check(loss, truth["loss"].astype(np.float32), name="loss", blocks=(block_t,), axes="T",
-          tolerance=1e-4)
+    lesson.check_values(
+        ran, loss, truth["loss"].astype(np.float32), name="loss", blocks=(block_t,), axes="T",
+        tolerance=1e-4)
     lesson.check_alone(norms.cross_entropy, h, w, like=truth["loss"].astype(np.float32),
                 labels=labels, block_t=block_t, block_v=block_v)
     wrong = lesson.xent_grads_likely(h, w, truth, dtype, labels, dloss)

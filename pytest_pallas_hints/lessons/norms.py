@@ -245,6 +245,11 @@ def vocabulary_block_likely(h, w, labels, *, block_v):
     likely = {"loss": {"last_vocabulary_block": one_block("loss", first, V),
                        "first_vocabulary_block": one_block("loss", 0, block_v)},
               "lse": {"last_vocabulary_block": lambda: one_block("lse", first, V)()[:, None]}}
+    # lse - picked turned around: picked - lse
+    likely["loss"]["loss_sign_flipped"] = lambda: -xent64(h, w, labels)["loss"].astype(np.float32)
+    # lse = log(l) without the running max m that l was taken against
+    likely["loss"]["lse_without_max"] = lambda: (
+        xent64(h, w, labels)["loss"] - (f64(h)[0] @ f64(w)[0]).max(axis=1)).astype(np.float32)
     if V % block_v:
         likely["loss"]["tail_zero"] = tail_zero("loss")
         likely["lse"]["tail_zero"] = lambda: tail_zero("lse")()[:, None]
@@ -282,7 +287,7 @@ def xent_grads_likely(h, w, truth, dtype, labels=None, dloss=None):
 
 # --- checks that word a learner's sentence ---------------------------------------
 
-def check_values(ran, yours, expected, *, tail=None, **options):
+def check_values(ran, yours, expected, *, tail=None, sums=False, **options):
     """``check``, with what the kit can show about why, for words that may then name it.
     NaN in an output comes from a scratch read before anything wrote it, or from the
     garbage past the end of an array, and words keyed to the symptom alone may only ask
@@ -300,13 +305,19 @@ def check_values(ran, yours, expected, *, tail=None, **options):
     Any wrong value: "reset_twice" where the walk saw a scratch's reset (a known value
     stored over all of it) run at two grid steps of one block along the first grid axis
     (a pl.when that fires in both passes), and a "max_axis" finding first where a
-    kernel takes a max over another axis than a row's (its last)."""
+    kernel takes a max (with ``sums``, a sum too: a softmax's row statistics) over another
+    axis than a row's (its last). A "rounding" finding gets detail "f32" where the
+    program holds no value narrower than float32: bf16 rounded nothing there."""
     try:
         check(yours, expected, **options)
     except Mismatch as error:
         findings = error.findings()
+        if not _narrow(ran):   # no bf16 anywhere: small errors are not its rounding
+            for finding in findings:
+                if finding.kind == "rounding":
+                    finding.detail = "f32"
         first = findings[0]
-        twice, across = _reset_twice(ran), _max_across_rows(ran)
+        twice, across = _reset_twice(ran), _max_across_rows(ran, sums)
         if first.kind in ("nan", "never_stored", "unwritten") and first.detail != "no_store":
             unset = _unset_reads(ran)
             nan = np.isnan(f64(error.yours)[0]) & ~np.isnan(f64(error.expected)[0])
@@ -314,7 +325,8 @@ def check_values(ran, yours, expected, *, tail=None, **options):
                 point, eqn = unset[0]
                 first.detail = "unset"
                 first.facts.append(("read unset", f"grid step {_step(point)}: {line_of(eqn)}"))
-            elif tail and _some_blocks(nan, expected.shape, options.get("blocks")):
+            elif tail and first.detail != "tail" and _some_blocks(nan, expected.shape,
+                                                                  options.get("blocks")):
                 first.detail = "some_blocks"
             elif tail is not None and first.detail != "tail" and not twice:
                 first.detail = "tail" if tail else "no_tail"
@@ -322,11 +334,12 @@ def check_values(ran, yours, expected, *, tail=None, **options):
             first.detail = "reset_twice"
             first.facts.append(("reset", twice))
         if across:
-            findings.insert(0, Finding("max_axis", (
-                "your kernel takes a max over another axis than its operand's last (the "
-                "max row above): a softmax subtracts each row's own max, taken over that "
-                "row's columns (axis=1, keepdims=True)."),
-                facts=first.facts + [("max", across)]))
+            what, line = across
+            findings.insert(0, Finding(f"{what}_axis", (
+                f"your kernel takes a {what} over another axis than its operand's last "
+                f"(the {what} row above): a softmax's statistics are each row's own, "
+                "taken over that row's columns (axis=1, keepdims=True)."),
+                facts=first.facts + [(what, line)]))
             first.facts = []
         error.findings = lambda: findings
         raise
@@ -362,16 +375,27 @@ def _reset_twice(ran):
     return ""
 
 
-def _max_across_rows(ran):
-    """The line of a max a kernel takes over another axis than its operand's last."""
+def _max_across_rows(ran, sums=False):
+    """("max" or "sum", its line) for the first max (with ``sums``, or sum) a kernel
+    takes over another axis than its operand's last; None if none."""
+    names = {"reduce_max": "max", **({"reduce_sum": "sum"} if sums else {})}
     for site in getattr(getattr(ran, "program", None), "sites", ()):
         for eqn in jax_equations(site.call.kernel):
-            if eqn.primitive.name == "reduce_max":
+            if eqn.primitive.name in names:
                 ndim = len(getattr(eqn.invars[0].aval, "shape", ()))
                 axes = tuple(eqn.params.get("axes", ()))
                 if ndim >= 2 and ndim - 1 not in axes:
-                    return line_of(eqn)
-    return ""
+                    return names[eqn.primitive.name], line_of(eqn)
+    return None
+
+
+def _narrow(ran):
+    """Whether the program holds a bf16 or f16 value (True where unknown)."""
+    program = getattr(ran, "program", None)
+    if program is None:
+        return True
+    from ..checking import _narrow_floats
+    return _narrow_floats(program.closed.jaxpr)
 
 
 def _some_blocks(nan, shape, blocks):
@@ -390,16 +414,27 @@ def check_returns_two(output, function, names):
              [("returned", type(output).__name__)])
 
 
-def check_not_all_inf(output, x):
-    """Not every value of the two-pass softmax is inf (the first pass's statistics reset
-    at the start of the second)."""
+def check_not_all_inf(output, x, ran=None):
+    """Not every value of the two-pass softmax is inf: when the second pass wrote, l was
+    0 or m -inf. Where the walk of ``ran`` saw a reset run in both passes, that is said;
+    else the causes are asked (a reset in both passes, or statistics never stored
+    back)."""
     if np.isinf(np.asarray(output, np.float64)).all():
+        facts = [("output", f"{x.size} of {x.size} values are inf")]
+        twice = _reset_twice(ran) if ran is not None else ""
+        if twice:
+            fail("all_inf", (
+                "every value of your output is inf: when the second pass wrote, l was 0 "
+                "and m -inf, so the statistics of the first pass were gone. Their reset "
+                "(the reset row above) runs at j == 0 of both passes: reset m and l only "
+                "where phase == 0 too, pl.when((phase == 0) & (j == 0))."),
+                facts + [("reset", twice)])
         fail("all_inf", (
-            "every value of your output is inf: when the second pass wrote, l was 0 (or m "
-            "was -inf), so the statistics of the first pass were gone. pl.when(j == 0) "
-            "holds at the first step of both passes: reset m and l only where phase == 0 "
-            "too, pl.when((phase == 0) & (j == 0))."),
-            [("output", f"{x.size} of {x.size} values are inf")])
+            "every value of your output is inf: when the second pass wrote, l was 0 or m "
+            "was -inf, as they are before the first fold. Did the first pass store its "
+            "new max and sum back into m_scratch and l_scratch at every step (m_new, not "
+            "the old m)? Is their reset limited to the first step of the first pass, "
+            "pl.when((phase == 0) & (j == 0))?"), facts)
 
 
 def check_rounded_once(yours, expected, name="output"):
