@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_blocks, check_rejects,
+from pytest_pallas_hints import (Structure, cdiv, chapter, check_blocks, check_rejects,
                                  check_traffic, check_vmem, check_work, lowers_for_tpu, measure,
                                  tpu_sized)
 from pytest_pallas_hints.lessons import norms as lesson
@@ -64,6 +64,19 @@ def rms64(x, scale, dy, eps):
                 ms=ms, g=g, x_hat=x_hat)
 
 
+def near_constant(x, dy=None, *, row=3, offset=0.0, rng):
+    """Makes one row of x nearly constant (offset plus noise of 1e-4, a variance of
+    1e-8, far below every eps of these tests), where eps decides 1 / std: rsqrt(var +
+    eps) is eps ** -0.5, and a 1 / (sqrt(var) + eps) is 10 to 30 times larger. Every
+    other row has a variance near 1, where eps changes nothing the checks can see.
+    That row's dy shrinks by as much as its 1 / std grows, so that its dx is as large
+    as the others' (a tolerance is relative to the largest value)."""
+    x[row] = (offset + 1e-4 * rng.normal((x.shape[1],))).astype(x.dtype)
+    if dy is not None:
+        dy[row] = (dy[row].astype(np.float32) * 1e-3).astype(dy.dtype)
+    return x
+
+
 # 1 -------------------------------------------------------------------------
 @puzzle("norms.row_softmax")
 @pytest.mark.parametrize("R, C, block_rows, dtype, scale", [
@@ -84,8 +97,8 @@ def test_row_softmax(R, C, block_rows, dtype, scale, rng):
         x64, = lesson.f64(x)
         return np.exp(x64 - x64.max(axis=1, keepdims=True)).astype(dtype)
 
-    check(ran, expected.astype(dtype), blocks=(block_rows, None), axes="R C",
-          likely={"unnormalised": unnormalised})
+    lesson.check_values(ran, ran, expected.astype(dtype), blocks=(block_rows, None), axes="R C",
+                        sums=True, likely={"unnormalised": unnormalised})
     if dtype == "bfloat16":
         lesson.check_rounded_once(ran.output, expected)
     if tpu_sized():
@@ -136,11 +149,12 @@ def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
     ran = measure(norms.softmax_long, x, block_rows=block_rows, block_cols=block_cols,
                   structure=SOFTMAX.where(grid=(cdiv(R, block_rows), 2, cdiv(C, block_cols))))
     check_blocks(ran, x=(block_rows, block_cols))
-    lesson.check_not_all_inf(ran.output, x)
+    lesson.check_not_all_inf(ran.output, x, ran)
     # bf16 outputs: the final rounding costs at most 0.4%; a bf16 statistic costs 3%.
     expected = softmax64(x)
-    check(ran, expected.astype(dtype), blocks=(block_rows, block_cols), axes="R C",
-          tolerance=None if dtype == "float32" else 1e-2,
+    lesson.check_values(
+          ran, ran, expected.astype(dtype), blocks=(block_rows, block_cols), axes="R C",
+          tolerance=None if dtype == "float32" else 1e-2, tail=C % block_cols != 0, sums=True,
           likely={"l_not_rescaled": lambda: lesson.online64(
                       x, block_cols, rescale=False).astype(dtype),
                   "last_block_statistics": lambda: lesson.online64(
@@ -190,7 +204,8 @@ def test_softmax_grad(R, C, block_rows, block_cols, dtype, common, rng):
     y, dx = ran.output
     p = softmax64(x)
     dy64, x64 = lesson.f64(dy, x)
-    check(y, p.astype(dtype), name="y", blocks=(rows, cols), axes="R C")
+    lesson.check_values(ran, y, p.astype(dtype), name="y", blocks=(rows, cols), axes="R C",
+                        sums=True)
     lesson.check_alone(norms.softmax, x, like=x, block_rows=block_rows, block_cols=block_cols)
 
     def dx_of(y):
@@ -198,7 +213,9 @@ def test_softmax_grad(R, C, block_rows, block_cols, dtype, common, rng):
 
     # The backward is handed y as the forward stored it (rounded to bf16 for bf16 rows):
     # dx is computed from that y, in float32 until the store.
-    check(dx, dx_of(lesson.f64(y)[0])(), name="dx", blocks=(rows, cols), axes="R C",
+    lesson.check_values(
+          ran, dx, dx_of(lesson.f64(y)[0])(), name="dx", blocks=(rows, cols), axes="R C",
+          tail=C % cols != 0, sums=True,
           likely={"given_x": dx_of(x64), "no_row_sum": lambda: (p * dy64).astype(dtype),
                   "sign_flipped": lambda: -dx_of(p)()})
     saved.check(rows=R * C, most=1, why=(
@@ -235,7 +252,7 @@ def test_softmax_grad_rejects_bad_arguments():
 ])
 def test_rms_forward(R, D, block_rows, dtype, eps, rng):
     """y and the saved 1 / rms right; x read once, y and one float per row written."""
-    x = rng.normal((R, D), dtype, scale=0.3)   # small rows: eps matters
+    x = near_constant(rng.normal((R, D), dtype, scale=0.3), rng=rng)   # small rows: eps matters
     scale = rng.normal((D,), dtype)
     ran = measure(norms.rms_norm_forward, x, scale, eps=eps, block_rows=block_rows,
                   structure=NORM.where(grid=(cdiv(R, block_rows),)))
@@ -244,14 +261,16 @@ def test_rms_forward(R, D, block_rows, dtype, eps, rng):
     y, inv_rms = ran.output
     truth = rms64(x, scale, x, eps)
     x64, scale64 = lesson.f64(x, scale)
-    check(y, truth["y"].astype(dtype), name="y", blocks=(block_rows, None), axes="R D",
-          likely={"eps_outside": lambda: (x64 / (np.sqrt(truth["ms"]) + eps) * scale64)
-                  .astype(dtype),
-                  "scale_missing": lambda: truth["x_hat"].astype(dtype)})
+    lesson.check_values(
+        ran, y, truth["y"].astype(dtype), name="y", blocks=(block_rows, None), axes="R D",
+        likely={"eps_outside": lambda: (x64 / (np.sqrt(truth["ms"]) + eps) * scale64)
+                .astype(dtype),
+                "scale_missing": lambda: truth["x_hat"].astype(dtype)})
     lesson.check_saves_one_per_row(inv_rms, x)
-    check(inv_rms, truth["inv_rms"].astype(np.float32), name="inv_rms",
-          blocks=(block_rows, None), axes="R 1",
-          likely={"rms_not_inverted": lambda: (1 / truth["inv_rms"]).astype(np.float32)})
+    lesson.check_values(
+        ran, inv_rms, truth["inv_rms"].astype(np.float32), name="inv_rms",
+        blocks=(block_rows, None), axes="R 1",
+        likely={"rms_not_inverted": lambda: (1 / truth["inv_rms"]).astype(np.float32)})
     if dtype == "bfloat16":
         lesson.check_rounded_once(y, truth["y"], name="y")
     if tpu_sized():
@@ -272,6 +291,7 @@ def test_rms_backward(R, D, block_rows, dtype, rng):
     """jax.vjp of rms_norm: y, dx and dscale right (dscale summed over every row block),
     from two kernels; the backward reads x, scale, 1 / rms and dy once."""
     x, dy = rng.normal((R, D), dtype), rng.normal((R, D), dtype)
+    near_constant(x, dy, rng=rng)
     scale = rng.normal((D,), dtype)
     rows = min(block_rows, R)    # a block longer than the array shrinks to it
     saved = lesson.Saved()
@@ -282,14 +302,20 @@ def test_rms_backward(R, D, block_rows, dtype, rng):
     y, dx, dscale = ran.output
     truth = rms64(x, scale, dy, 1e-6)
     tolerance = None if dtype == "float32" else 3e-2
-    check(y, truth["y"].astype(dtype), name="y", blocks=(rows, None), axes="R D")
+    x64, scale64 = lesson.f64(x, scale)
+    lesson.check_values(
+        ran, y, truth["y"].astype(dtype), name="y", blocks=(rows, None), axes="R D",
+        likely={"eps_outside": lambda: (x64 / (np.sqrt(truth["ms"]) + 1e-6) * scale64)
+                .astype(dtype)})
     lesson.check_alone(norms.rms_norm, x, scale, like=x, eps=1e-6, block_rows=block_rows)
-    check(dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
-          tolerance=tolerance, likely=lesson.rms_dx_likely(truth, dtype))
+    lesson.check_values(
+        ran, dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
+        tolerance=tolerance, likely=lesson.rms_dx_likely(truth, dtype))
     partial = lesson.row_blocks(lesson.f64(dy)[0] * truth["x_hat"], rows)
-    check(dscale, truth["dscale"].astype(dtype), name="dscale", tolerance=tolerance,
-          likely={"last_block_only": lambda: partial[-1].astype(dtype),
-                  "first_block_only": lambda: partial[0].astype(dtype)})
+    lesson.check_values(ran, dscale, truth["dscale"].astype(dtype), name="dscale",
+                        tolerance=tolerance, tail=R % rows != 0,
+                        likely={"last_block_only": lambda: partial[-1].astype(dtype),
+                                "first_block_only": lambda: partial[0].astype(dtype)})
     saved.check(rows=R * D, most=1, why=(
         "x, which the backward reads anyway, scale, and one float per row, 1 / rms. The "
         "normalised rows x * (1 / rms) (or y) are as large as x: written by the forward "
@@ -330,6 +356,8 @@ def test_layer_norm(R, D, block_rows, dtype, offset, rng):
     forward saves two floats per row."""
     x = (rng.normal((R, D)) + offset).astype(jnp.dtype(dtype))
     dy = rng.normal((R, D), dtype)
+    if not offset:   # a near-constant row far from zero would lose its noise to rounding
+        near_constant(x, dy, rng=rng)
     scale, bias = rng.normal((D,), dtype), rng.normal((D,), dtype)
     rows = min(block_rows, R)
     saved = lesson.Saved()
@@ -340,18 +368,21 @@ def test_layer_norm(R, D, block_rows, dtype, offset, rng):
     y, dx, dscale, dbias = ran.output
     truth = lesson.layer_norm64(x, scale, bias, dy, 1e-5)
     tolerance = None if dtype == "float32" else 3e-2
-    check(y, truth["y"].astype(dtype), name="y", blocks=(rows, None), axes="R D",
-          likely=lesson.layer_norm_y_likely(x, scale, bias, dy, dtype))
+    lesson.check_values(
+        ran, y, truth["y"].astype(dtype), name="y", blocks=(rows, None), axes="R D",
+        likely=lesson.layer_norm_y_likely(x, scale, bias, dy, dtype))
     if dtype == "bfloat16":   # the statistics in float32: y is the exact value rounded once
         lesson.check_rounded_once(y, truth["y"], name="y")
     lesson.check_alone(norms.layer_norm, x, scale, bias, like=x, eps=1e-5, block_rows=block_rows)
-    check(dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
-          tolerance=tolerance, likely=lesson.layer_norm_dx_likely(truth, dtype))
+    lesson.check_values(
+        ran, dx, truth["dx"].astype(dtype), name="dx", blocks=(rows, None), axes="R D",
+        tolerance=tolerance, likely=lesson.layer_norm_dx_likely(truth, dtype))
     partial = lesson.row_blocks(lesson.f64(dy)[0], rows)
-    check(dscale, truth["dscale"].astype(dtype), name="dscale", tolerance=tolerance,
-          likely={"dscale_dbias_swapped": lambda: truth["dbias"].astype(dtype)})
-    check(dbias, truth["dbias"].astype(dtype), name="dbias", tolerance=tolerance,
-          likely={"last_block_only": lambda: partial[-1].astype(dtype),
+    lesson.check_values(ran, dscale, truth["dscale"].astype(dtype), name="dscale",
+                        tolerance=tolerance, tail=R % rows != 0,
+                        likely={"dscale_dbias_swapped": lambda: truth["dbias"].astype(dtype)})
+    lesson.check_values(ran, dbias, truth["dbias"].astype(dtype), name="dbias",
+                        tolerance=tolerance, tail=R % rows != 0, likely={"last_block_only": lambda: partial[-1].astype(dtype),
                   "dscale_dbias_swapped": lambda: truth["dscale"].astype(dtype)})
     saved.check(rows=R * D, most=1, why=(
         "x, which the backward reads anyway, scale, and two floats per row, the mean and "
@@ -381,12 +412,15 @@ def test_layer_norm_rejects_bad_arguments():
 
 # 7 and 8 -----------------------------------------------------------------------
 def xent_inputs(rng, T, D, V, block_v, dtype, logits):
-    """h [T, D], w [D, V], labels [T]. logits="large": magnitudes around 1e4 (a naive
+    """h [T, D], w [D, V], labels [T]. logits="ordinary": a few units from zero.
+    "large": magnitudes around 1e4 (a naive
     exp overflows). "long_tail": h's first feature is a constant 1, so w's first row is
     a bias per vocabulary entry: 0 in one vocabulary block, -6 elsewhere. The mass sits
     in that block, and every other block adds a sliver that a float32 sum keeps and a
     bfloat16 one rounds away."""
     labels = rng.integers((T,), 0, V)
+    if logits == "ordinary":   # logits of a few units, as a trained model's
+        return (rng.normal((T, D), dtype), rng.normal((D, V), dtype, scale=0.3), labels)
     if logits == "large":
         return (rng.normal((T, D), dtype, scale=30.0), rng.normal((D, V), dtype, scale=40.0),
                 labels)
@@ -404,6 +438,10 @@ def xent_inputs(rng, T, D, V, block_v, dtype, logits):
 @pytest.mark.parametrize("T, D, V, block_t, block_v, dtype, logits", [
     pytest.param(129, 64, 1025, 128, 256, "float32", "large",
                  id="T=129 D=64 V=1025 block_t=128 block_v=256 logits ~1e4 (tails of 1)"),
+    # Ordinary logits beside a tail: garbage columns given 0 instead of -inf add
+    # exp(0 - m) each to the sum, which logits near 1e4 hide and these do not.
+    pytest.param(40, 32, 1000, 16, 256, "float32", "ordinary",
+                 id="T=40 D=32 V=1000 block_t=16 block_v=256 ordinary logits (tails of 8 tokens, 232 words)"),
     pytest.param(128, 64, 2048, 128, 128, "bfloat16", "long_tail",
                  id="T=128 D=64 V=2048 block_v=128 bf16 (16 vocabulary blocks, a long tail)"),
     pytest.param(2048, 2048, 65536, 256, 512, "bfloat16", "large",
@@ -424,10 +462,12 @@ def test_fused_xent(T, D, V, block_t, block_v, dtype, logits, rng):
     lesson.check_loss_finite(loss, T)
     truth = lesson.xent64(h, w, labels)
     one_block = lesson.vocabulary_block_likely(h, w, labels, block_v=block_v)
-    check(loss, truth["loss"].astype(np.float32), name="loss", blocks=(block_t,), axes="T",
-          likely=one_block["loss"])
-    check(lse, truth["lse"][:, None].astype(np.float32), name="lse", blocks=(block_t, None),
-          axes="T 1", likely=one_block["lse"])
+    lesson.check_values(ran, loss, truth["loss"].astype(np.float32), name="loss",
+                        blocks=(block_t,), axes="T", tail=V % block_v != 0, sums=True,
+                        likely=one_block["loss"])
+    lesson.check_values(ran, lse, truth["lse"][:, None].astype(np.float32), name="lse",
+                        blocks=(block_t, None), axes="T 1", tail=V % block_v != 0,
+                        sums=True, likely=one_block["lse"])
     if tpu_sized():
         return
     lesson.check_no_vocabulary_array(ran, T, V)
@@ -470,15 +510,18 @@ def test_xent_backward(T, D, V, block_t, block_v, dtype, common, rng):
     loss, dh, dw = ran.output
     truth = lesson.xent64(h, w, labels, dloss)
     tolerance = 1e-4 if dtype == "float32" else 3e-2
-    check(loss, truth["loss"].astype(np.float32), name="loss", blocks=(block_t,), axes="T",
-          tolerance=1e-4)
+    lesson.check_values(
+        ran, loss, truth["loss"].astype(np.float32), name="loss", blocks=(block_t,), axes="T",
+        tolerance=1e-4)
     lesson.check_alone(norms.cross_entropy, h, w, like=truth["loss"].astype(np.float32),
                 labels=labels, block_t=block_t, block_v=block_v)
     wrong = lesson.xent_grads_likely(h, w, truth, dtype, labels, dloss)
-    check(dh, truth["dh"].astype(dtype), name="dh", blocks=(block_t, None), axes="T D",
-          tolerance=tolerance, likely=wrong["dh"])
-    check(dw, truth["dw"].astype(dtype), name="dw", blocks=(None, block_v), axes="D V",
-          tolerance=tolerance, likely=wrong["dw"])
+    lesson.check_values(ran, dh, truth["dh"].astype(dtype), name="dh", blocks=(block_t, None),
+                        axes="T D", tolerance=tolerance, tail=V % block_v != 0,
+                        likely=wrong["dh"])
+    lesson.check_values(ran, dw, truth["dw"].astype(dtype), name="dw", blocks=(None, block_v),
+                        axes="D V", tolerance=tolerance, tail=T % block_t != 0,
+                        likely=wrong["dw"])
     if tpu_sized():
         return
     lesson.check_no_vocabulary_array(ran, T, V)

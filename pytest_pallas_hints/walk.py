@@ -155,6 +155,14 @@ class Counts:
     #                               a DMA was in flight, the refs those copies land in
     uses: Uses = dataclasses.field(default_factory=Uses)   # which dots' results were used
     device: int | None = None     # on a mesh: this device (its runs in ``uses``)
+    unset_reads: list = dataclasses.field(default_factory=list)   # (grid point, get
+    #                               equation) of each scratch's first load, where no store
+    #                               had written any of it yet (garbage on a TPU, NaN in
+    #                               interpret mode): evidence for a NaN, never a verdict
+    #                               alone (a select may drop what was read)
+    resets: list = dataclasses.field(default_factory=list)   # (grid point, swap equation)
+    #                               of every store of a known value (zeros, -inf) over the
+    #                               whole of a scratch: where its sum or statistic starts
 
     def carrying(self, name: str) -> int:
         """How many times ``name`` ran while a copy was in flight whose data is used (it
@@ -386,6 +394,7 @@ class _Ref:
         self.value, self.aval, self.operand = value, aval, operand
         self.marks = marks   # the dot runs and refs its contents were computed from (Uses)
         self.mark = mark     # its own mark, once something loaded from it (Uses.mark_of)
+        self.written = False   # a store or a copy reached it (a scratch read before: garbage)
 
 
 _TRACKED = 4096   # an integer scratch of at most this many elements is followed once written
@@ -425,6 +434,8 @@ def _whole(index, shape) -> bool:
 
 def _copy_marks(uses, src, dst) -> None:
     """A DMA's destination holds, from now on, what its source was computed from too."""
+    if isinstance(dst, _Ref):
+        dst.written = True
     if isinstance(src, _Ref) and isinstance(dst, _Ref):
         marks = src.marks | {uses.mark_of(src)}
         dst.marks = dst.marks | marks
@@ -760,7 +771,14 @@ class Walk:
         if name == "get":
             if ref.operand is not None:
                 self.counts.loads.add((self.point, ref.operand))
+            elif not ref.written and ref.value is UNKNOWN:   # a scratch nothing wrote yet
+                ref.written = True   # told once
+                self.counts.unset_reads.append((self.point, eqn))
             return [old]
+        ref.written = True
+        if ref.operand is None and name == "swap" and values[1] is not UNKNOWN \
+                and _whole(index, getattr(ref.aval, "shape", None)):
+            self.counts.resets.append((self.point, eqn))
         if ref.operand is not None:
             self.counts.stores.add((self.point, ref.operand))
         new = values[1]

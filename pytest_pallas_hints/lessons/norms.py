@@ -26,7 +26,10 @@ import re
 import jax
 import jax.numpy as jnp
 
-from ..checking import fail, raised
+from .. import diagnose
+from ..checking import Mismatch, check, fail, line_of, raised
+from ..diagnose import Finding
+from ..jaxcompat import equations as jax_equations
 from ..frozen import np
 from .common import cdiv, f64
 
@@ -141,11 +144,13 @@ def online64(x, block_cols, *, rescale=True, reset=False):
     return np.exp(x - m) / l
 
 
-def layer_norm64(x, scale, bias, dy, eps, *, ddof=0):
+def layer_norm64(x, scale, bias, dy, eps, *, ddof=0, eps_outside=False):
+    """LayerNorm's y, dx, dscale, dbias and its pieces; ddof=1: the unbiased variance;
+    eps_outside: 1 / (std + eps) for 1 / sqrt(var + eps)."""
     x, scale, bias, dy = f64(x, scale, bias, dy)
     mean = x.mean(axis=1, keepdims=True)
     var = ((x - mean) ** 2).sum(axis=1, keepdims=True) / (x.shape[1] - ddof)
-    rstd = 1 / np.sqrt(var + eps)
+    rstd = 1 / (np.sqrt(var) + eps) if eps_outside else 1 / np.sqrt(var + eps)
     x_hat = (x - mean) * rstd
     g = dy * scale
     dx = rstd * (g - g.mean(axis=1, keepdims=True) - x_hat * (g * x_hat).mean(axis=1,
@@ -154,12 +159,16 @@ def layer_norm64(x, scale, bias, dy, eps, *, ddof=0):
                 dbias=dy.sum(axis=0), mean=mean, rstd=rstd, x_hat=x_hat, g=g)
 
 
-def xent64(h, w, labels, dloss=None, *, blocks=None):
+def xent64(h, w, labels, dloss=None, *, blocks=None, padded=0):
     """loss [T], lse [T] and, with dloss, dh and dw of cross_entropy, in float64.
     blocks=(first, stop): the statistics of vocabulary columns [first, stop) only (a
-    logsumexp over one block; the label's logit counts only if it lies there)."""
+    logsumexp over one block; the label's logit counts only if it lies there).
+    padded: that many more columns of logit 0 (a vocabulary tail masked to 0.0, not
+    -inf)."""
     h, w = f64(h, w)
     logits = h @ w
+    if padded:
+        logits = np.concatenate([logits, np.zeros((len(logits), padded))], axis=1)
     T = len(labels)
     picked = logits[np.arange(T), labels]
     if blocks is not None:
@@ -195,12 +204,14 @@ def rms_dx_likely(truth, dtype):
 
 
 def layer_norm_y_likely(x, scale, bias, dy, dtype):
-    """LayerNorm's y with the unbiased variance (divided by D - 1), and not centred (an
-    RMSNorm with a bias)."""
+    """LayerNorm's y with the unbiased variance (divided by D - 1), with eps outside the
+    square root, and not centred (an RMSNorm with a bias)."""
     x64, scale64, bias64 = f64(x, scale, bias)
     ms = (x64 * x64).mean(axis=1, keepdims=True)
     return {"unbiased_variance": lambda: layer_norm64(x, scale, bias, dy, 1e-5,
                                                       ddof=1)["y"].astype(dtype),
+            "eps_outside": lambda: layer_norm64(x, scale, bias, dy, 1e-5,
+                                                eps_outside=True)["y"].astype(dtype),
             "not_centred": lambda: (x64 / np.sqrt(ms + 1e-5) * scale64 + bias64)
             .astype(dtype)}
 
@@ -227,9 +238,22 @@ def vocabulary_block_likely(h, w, labels, *, block_v):
     def one_block(part, start, stop):
         return lambda: xent64(h, w, labels, blocks=(start, stop))[part].astype(np.float32)
 
-    return {"loss": {"last_vocabulary_block": one_block("loss", first, V),
-                     "first_vocabulary_block": one_block("loss", 0, block_v)},
-            "lse": {"last_vocabulary_block": lambda: one_block("lse", first, V)()[:, None]}}
+    def tail_zero(part):   # the columns past V given logit 0, not -inf
+        padded = cdiv(V, block_v) * block_v - V
+        return lambda: xent64(h, w, labels, padded=padded)[part].astype(np.float32)
+
+    likely = {"loss": {"last_vocabulary_block": one_block("loss", first, V),
+                       "first_vocabulary_block": one_block("loss", 0, block_v)},
+              "lse": {"last_vocabulary_block": lambda: one_block("lse", first, V)()[:, None]}}
+    # lse - picked turned around: picked - lse
+    likely["loss"]["loss_sign_flipped"] = lambda: -xent64(h, w, labels)["loss"].astype(np.float32)
+    # lse = log(l) without the running max m that l was taken against
+    likely["loss"]["lse_without_max"] = lambda: (
+        xent64(h, w, labels)["loss"] - (f64(h)[0] @ f64(w)[0]).max(axis=1)).astype(np.float32)
+    if V % block_v:
+        likely["loss"]["tail_zero"] = tail_zero("loss")
+        likely["lse"]["tail_zero"] = lambda: tail_zero("lse")()[:, None]
+    return likely
 
 
 def xent_grads_likely(h, w, truth, dtype, labels=None, dloss=None):
@@ -263,6 +287,126 @@ def xent_grads_likely(h, w, truth, dtype, labels=None, dloss=None):
 
 # --- checks that word a learner's sentence ---------------------------------------
 
+def check_values(ran, yours, expected, *, tail=None, sums=False, **options):
+    """``check``, with what the kit can show about why, for words that may then name it.
+    NaN in an output comes from a scratch read before anything wrote it, or from the
+    garbage past the end of an array, and words keyed to the symptom alone may only ask
+    which. What shows one of them sets the first finding's detail (and a fact row):
+
+    * "unset": the walk of the traced program saw a scratch loaded at a grid step where
+      no store had reached it yet (the line is shown);
+    * "some_blocks": NaN in some output blocks only, though each of them sums over the
+      same blocks, the one that hangs off the end among them: a mask that holds for
+      some program ids and not others (keyed to another grid axis?);
+    * "tail" / "no_tail": ``tail``, a fact of the configuration (does a block hang off
+      the end of the array this output sums or is blocked over?), where nothing above
+      showed more.
+
+    Any wrong value: "reset_twice" where the walk saw a scratch's reset (a known value
+    stored over all of it) run at two grid steps of one block along the first grid axis
+    (a pl.when that fires in both passes), and a "max_axis" finding first where a
+    kernel takes a max (with ``sums``, a sum too: a softmax's row statistics) over another
+    axis than a row's (its last). A "rounding" finding gets detail "f32" where the
+    program holds no value narrower than float32: bf16 rounded nothing there."""
+    try:
+        check(yours, expected, **options)
+    except Mismatch as error:
+        findings = error.findings()
+        if not _narrow(ran):   # no bf16 anywhere: small errors are not its rounding
+            for finding in findings:
+                if finding.kind == "rounding":
+                    finding.detail = "f32"
+        first = findings[0]
+        twice, across = _reset_twice(ran), _max_across_rows(ran, sums)
+        if first.kind in ("nan", "never_stored", "unwritten") and first.detail != "no_store":
+            unset = _unset_reads(ran)
+            nan = np.isnan(f64(error.yours)[0]) & ~np.isnan(f64(error.expected)[0])
+            if unset:
+                point, eqn = unset[0]
+                first.detail = "unset"
+                first.facts.append(("read unset", f"grid step {_step(point)}: {line_of(eqn)}"))
+            elif tail and first.detail != "tail" and _some_blocks(nan, expected.shape,
+                                                                  options.get("blocks")):
+                first.detail = "some_blocks"
+            elif tail is not None and first.detail != "tail" and not twice:
+                first.detail = "tail" if tail else "no_tail"
+        if twice and not first.detail:
+            first.detail = "reset_twice"
+            first.facts.append(("reset", twice))
+        if across:
+            what, line = across
+            findings.insert(0, Finding(f"{what}_axis", (
+                f"your kernel takes a {what} over another axis than its operand's last "
+                f"(the {what} row above): a softmax's statistics are each row's own, "
+                "taken over that row's columns (axis=1, keepdims=True)."),
+                facts=first.facts + [(what, line)]))
+            first.facts = []
+        error.findings = lambda: findings
+        raise
+
+
+def _step(point):
+    return "(" + ", ".join(str(int(p)) for p in point) + ")"
+
+
+def _counts(ran):
+    try:
+        return ran.counts
+    except Exception:   # an uncountable kernel: no evidence either way
+        return []
+
+
+def _unset_reads(ran):
+    """(grid point, load) of every scratch read before any store wrote it."""
+    return [read for counts in _counts(ran) for read in counts.unset_reads]
+
+
+def _reset_twice(ran):
+    """A fact row's text where a scratch's reset runs at two grid steps of one block
+    along the first grid axis (its sum restarts in the middle), else ""."""
+    for counts in _counts(ran):
+        seen = {}
+        for point, eqn in counts.resets:
+            steps = seen.setdefault((id(eqn), int(point[0])), [])
+            steps.append(point)
+            if len(steps) == 2 and len(point) > 1:
+                return (f"at grid steps {_step(steps[0])} and {_step(steps[1])}: "
+                        f"{line_of(eqn)}")
+    return ""
+
+
+def _max_across_rows(ran, sums=False):
+    """("max" or "sum", its line) for the first max (with ``sums``, or sum) a kernel
+    takes over another axis than its operand's last; None if none."""
+    names = {"reduce_max": "max", **({"reduce_sum": "sum"} if sums else {})}
+    for site in getattr(getattr(ran, "program", None), "sites", ()):
+        for eqn in jax_equations(site.call.kernel):
+            if eqn.primitive.name in names:
+                ndim = len(getattr(eqn.invars[0].aval, "shape", ()))
+                axes = tuple(eqn.params.get("axes", ()))
+                if ndim >= 2 and ndim - 1 not in axes:
+                    return names[eqn.primitive.name], line_of(eqn)
+    return None
+
+
+def _narrow(ran):
+    """Whether the program holds a bf16 or f16 value (True where unknown)."""
+    program = getattr(ran, "program", None)
+    if program is None:
+        return True
+    from ..checking import _narrow_floats
+    return _narrow_floats(program.closed.jaxpr)
+
+
+def _some_blocks(nan, shape, blocks):
+    """Whether the NaNs sit in some output blocks and not others."""
+    if blocks is None or not nan.any():
+        return False
+    grid = diagnose._BlockGrid(shape, blocks, None)
+    hit = grid.wrong(nan)
+    return 0 < hit.sum() < grid.count
+
+
 def check_returns_two(output, function, names):
     """``function`` returns a pair: ``names`` says which, "(y, inv_rms)"."""
     if not (isinstance(output, (tuple, list)) and len(output) == 2):
@@ -270,16 +414,27 @@ def check_returns_two(output, function, names):
              [("returned", type(output).__name__)])
 
 
-def check_not_all_inf(output, x):
-    """Not every value of the two-pass softmax is inf (the first pass's statistics reset
-    at the start of the second)."""
+def check_not_all_inf(output, x, ran=None):
+    """Not every value of the two-pass softmax is inf: when the second pass wrote, l was
+    0 or m -inf. Where the walk of ``ran`` saw a reset run in both passes, that is said;
+    else the causes are asked (a reset in both passes, or statistics never stored
+    back)."""
     if np.isinf(np.asarray(output, np.float64)).all():
+        facts = [("output", f"{x.size} of {x.size} values are inf")]
+        twice = _reset_twice(ran) if ran is not None else ""
+        if twice:
+            fail("all_inf", (
+                "every value of your output is inf: when the second pass wrote, l was 0 "
+                "and m -inf, so the statistics of the first pass were gone. Their reset "
+                "(the reset row above) runs at j == 0 of both passes: reset m and l only "
+                "where phase == 0 too, pl.when((phase == 0) & (j == 0))."),
+                facts + [("reset", twice)])
         fail("all_inf", (
-            "every value of your output is inf: when the second pass wrote, l was 0 (or m "
-            "was -inf), so the statistics of the first pass were gone. pl.when(j == 0) "
-            "holds at the first step of both passes: reset m and l only where phase == 0 "
-            "too, pl.when((phase == 0) & (j == 0))."),
-            [("output", f"{x.size} of {x.size} values are inf")])
+            "every value of your output is inf: when the second pass wrote, l was 0 or m "
+            "was -inf, as they are before the first fold. Did the first pass store its "
+            "new max and sum back into m_scratch and l_scratch at every step (m_new, not "
+            "the old m)? Is their reset limited to the first step of the first pass, "
+            "pl.when((phase == 0) & (j == 0))?"), facts)
 
 
 def check_rounded_once(yours, expected, name="output"):

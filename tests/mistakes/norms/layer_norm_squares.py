@@ -1,7 +1,7 @@
 """norms.layer_norm: the variance as E[x^2] - E[x]^2, which cancels in float32 for rows
 far from zero."""
 PUZZLE = "norms.layer_norm"
-EXPECT = "take the mean square of the centred values"
+EXPECT = "E[x^2] - E[x]^2 subtracts two numbers near 10000"
 
 
 def layer_norm_forward_kernel(x_ref, scale_ref, bias_ref, y_ref, mean_ref, rstd_ref, *, eps):

@@ -2,7 +2,7 @@
 sums exp(x) with no max subtracted and no rescaling, right only while no logit
 overflows; a running max is kept in m_scratch, unused, so the kernel still takes a max."""
 PUZZLE = "norms.long_rows"
-EXPECT = "Is each exp taken of x minus the running max?"
+EXPECT = "Is each exp taken of x minus the running max"
 
 
 def softmax_long_kernel(x_ref, o_ref, m_scratch, l_scratch, *, C):

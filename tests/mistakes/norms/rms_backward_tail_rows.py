@@ -1,6 +1,6 @@
 """norms.rms_backward: the garbage rows past R in the last block go into dscale."""
 PUZZLE = "norms.rms_backward"
-EXPECT = "the rows past R in the last block are garbage (NaN in interpret mode) and went into the sum"
+EXPECT = "its rows past R are garbage (NaN in interpret mode). Did they go into the sum?"
 
 
 def rms_norm_backward_kernel(x_ref, scale_ref, inv_rms_ref, dy_ref, dx_ref, dscale_ref,

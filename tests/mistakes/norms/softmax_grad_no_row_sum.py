@@ -1,6 +1,6 @@
 """norms.softmax_grad: dx = y * dy, the row term s = sum(dy * y) forgotten."""
 PUZZLE = "norms.softmax_grad"
-EXPECT = "misses the row term"
+EXPECT = "Does dx subtract it, dx = y * (dy - s)?"
 
 
 def softmax_backward_kernel(y_ref, dy_ref, dx_ref, s_scratch, *, C):
