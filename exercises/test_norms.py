@@ -126,17 +126,25 @@ def long_tail(rng, R, C, block_cols, dtype):
 
 
 @puzzle("norms.long_rows")
-@pytest.mark.parametrize("R, C, block_rows, block_cols, dtype", [
-    pytest.param(17, 1025, 8, 128, "float32",
+@pytest.mark.parametrize("R, C, block_rows, block_cols, dtype, rising", [
+    pytest.param(17, 1025, 8, 128, "float32", False,
                  id="R=17 C=1025 block_rows=8 block_cols=128 (9 column blocks, the last 1 wide)"),
-    pytest.param(16, 2048, 16, 128, "bfloat16",
+    pytest.param(16, 2048, 16, 128, "bfloat16", False,
                  id="R=16 C=2048 block_cols=128 bf16 (16 column blocks, a long tail of small terms)"),
-    pytest.param(2048, 65536, 16, 2048, "bfloat16", id="R=2048 C=65536 bf16-tpu", marks=on_tpu),
+    pytest.param(8, 384, 8, 128, "float32", True,
+                 id="R=8 C=384 float32, the last column block over 100 above the first"),
+    pytest.param(2048, 65536, 16, 2048, "bfloat16", False, id="R=2048 C=65536 bf16-tpu",
+                 marks=on_tpu),
 ])
-def test_long_rows(R, C, block_rows, block_cols, dtype, rng):
+def test_long_rows(R, C, block_rows, block_cols, dtype, rising, rng):
     """Right values; the row never whole in VMEM; x read twice (one read per pass) and
-    the output written once."""
-    if dtype == "float32":
+    the output written once. ``rising``: a later block's logits exceed the first block's
+    by more than exp's float32 range (88): the running max must move, and the sum be
+    rescaled."""
+    if rising:
+        x = rng.normal((R, C), dtype)
+        x[:, -block_cols:] += 110
+    elif dtype == "float32":
         # The running max moves from block to block, and each row's largest logit sits
         # in its last column, alone in the last column block. Rows sit hundreds above
         # or below zero, as logits do: exp without the max subtracted overflows or
