@@ -18,11 +18,11 @@ import pytest
 
 from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_traffic, check_work,
                                  lowers_for_tpu, measure, tpu_sized)
-from pytest_pallas_hints.lessons.matmul import (check_blocks_given, check_bytes_modelled,
-                                                epilogue_bytes, implied_bytes, judge_blocks,
-                                                k_blocks, k_dropped, legal_blocks, summed_in,
-                                                summed_in_bf16_partials, tile_flops,
-                                                vmem_used)
+from pytest_pallas_hints.lessons.matmul import (check_bf16_on_the_mxu, check_blocks_given,
+                                                check_bytes_modelled, epilogue_bytes,
+                                                implied_bytes, judge_blocks, k_blocks,
+                                                k_dropped, legal_blocks, summed_in,
+                                                summed_in_bf16_partials, tile_flops, vmem_used)
 
 matmul = chapter("matmul")
 
@@ -143,6 +143,7 @@ def test_mixed_precision(M, K, N, dtype, high, asked, rng):
           likely={"bf16_accumulation": lambda: summed_in(a.dtype, a, b, bk),
                   "bf16_partials": lambda: summed_in_bf16_partials(a, b, bk),
                   "k_tail_dropped": lambda: dot(a[:, :whole], b[:whole])})
+    check_bf16_on_the_mxu(ran, a)
     lowers_for_tpu(ran)
 
 

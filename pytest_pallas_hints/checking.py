@@ -125,6 +125,9 @@ class Measured:
     args: tuple
     walked: list = dataclasses.field(default_factory=list)   # (call, prefetch, Counts)
     #                                 kernels already walked before the run
+    perturbed: Callable | None = None   # dot ids -> the output with their results
+    #                                 perturbed (program.execute_perturbable)
+    dot_lesson: bool = False          # the puzzle requires a dot in a kernel
 
     @functools.cached_property
     def counts(self) -> list[walk.Counts]:
@@ -148,11 +151,68 @@ class Measured:
         return sum(counts.flops for counts in self.counts)
 
     @functools.cached_property
-    def used_work(self) -> int:
+    def reaching_work(self) -> int:
         """Flops of the executed dots whose results reach an output (``walk.Uses``): not
         multiplied by a known zero, dropped by a select, overwritten or never stored."""
         self._countable()
         return sum(counts.used_flops for counts in self.counts)
+
+    @functools.cached_property
+    def used_work(self) -> int:
+        """Of ``reaching_work``, the flops of the dots that multiply data (no operand
+        built in the kernel from nothing: ``walk.Uses.constant``) and whose result moves
+        an output (``idle_dots``)."""
+        idle = self.idle_dots
+        return sum(counts.uses.used_flops(counts.device, idle) for counts in self.counts)
+
+    @functools.cached_property
+    def constant_work(self) -> int:
+        self._countable()
+        return sum(counts.uses.constant_flops(counts.device) for counts in self.counts)
+
+    @functools.cached_property
+    def idle_dots(self) -> frozenset:
+        """ids of the dots that the walk saw reach an output but whose result moves no
+        output: run again with one dot's result perturbed (``jaxcompat.perturbing``:
+        doubled in half its elements), every output is as it was (``_moved``). A result
+        scaled until it rounds away, or dropped by a select or a maximum that never
+        picks it, is computed and wasted."""
+        return frozenset(dot for dot in self._dots if self._moves(dot) is False)
+
+    def any_dot_moves(self) -> bool | None:
+        """Whether some dot whose result reaches an output moves it (``_moves``), tried
+        one at a time, heaviest first, until one does; None where no run could tell."""
+        found = []
+        for dot in self._dots:
+            found.append(self._moves(dot))
+            if found[-1]:
+                return True
+        return False if found and None not in found else None
+
+    @functools.cached_property
+    def _dots(self) -> list:
+        """ids of the dots whose results the walk saw reach an output, heaviest first."""
+        self._countable()
+        flops = {}
+        for counts in self.counts:
+            if isinstance(counts, walk.Counts):
+                for eqn, amount in counts.uses.reaching_eqns(counts.device).items():
+                    flops[eqn] = flops.get(eqn, 0) + amount
+        return sorted(flops, key=lambda eqn: -flops[eqn])
+
+    def _moves(self, dot: int) -> bool | None:
+        """Whether perturbing the result of ``dot`` moves an output (``_moved``); None
+        where the perturbed run failed, which tells nothing."""
+        if self.perturbed is None:
+            return None
+        cache = self.__dict__.setdefault("_moved_by", {})
+        if dot not in cache:
+            with kit_step("perturbing the dots"):
+                try:
+                    cache[dot] = _moved(self.output, self.perturbed({dot}))
+                except Exception:
+                    cache[dot] = None
+        return cache[dot]
 
     @functools.cached_property
     def traffic(self):
@@ -363,6 +423,29 @@ def tpu_sized() -> bool:
     return _TPU_SIZED[0]
 
 
+def _moved(before, after) -> bool:
+    """Whether any leaf of ``after`` differs from ``before``'s: a float by more than
+    1e-4 of the leaf's largest finite magnitude, or in where it is NaN or infinite; any
+    other type at all."""
+    import jax
+    import jax.numpy as jnp
+
+    for a, b in zip(jax.tree_util.tree_leaves(before), jax.tree_util.tree_leaves(after)):
+        a, b = np.asarray(a), np.asarray(b)
+        if not jnp.issubdtype(a.dtype, jnp.inexact):
+            if a.shape != b.shape or (a != b).any():
+                return True
+            continue
+        a, b = a.astype(np.float64), b.astype(np.float64)
+        finite = np.isfinite(a) & np.isfinite(b)
+        if (a[~finite] != b[~finite]).any() and not (np.isnan(a) & np.isnan(b))[~finite].all():
+            return True
+        scale = np.abs(a[finite]).max(initial=0.0)
+        if (np.abs(a - b)[finite] > 1e-4 * scale).any():
+            return True
+    return False
+
+
 def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measured:
     """Runs ``fn(*args, **static)`` once (traced once, compiled as one program) and keeps
     what the kit measures of it. ``structure`` is what the puzzle's lesson requires
@@ -379,7 +462,7 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
     _check_hbm_access(traced)
     unchecked, walked = _check_before_run(traced, args)
     try:
-        output, executed = program.execute(traced, args)
+        output, executed, perturbed = program.execute_perturbable(traced, args)
     except Exception as error:
         _blame(error, "running kernels")
         _locate(error, traced)
@@ -387,9 +470,44 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
     if unchecked:
         walked += _check_walks([(run.site.call, run.prefetch) for run in executed
                                 if run.site.index in unchecked])
-    measured = Measured(output, traced, executed, args, walked)
+    measured = Measured(output, traced, executed, args, walked, perturbed)
     _MEASURED.append(measured)
+    measured.dot_lesson = structure is not None and "dot_general" in structure.inside
     return measured
+
+
+def check_after_test() -> None:
+    """What is checked once a puzzle's test has passed all its own checks: the runs it
+    measured whose lesson is a dot have one that moves the output (``_check_dots_move``;
+    it takes another run of the program, so it waits for the values to be right)."""
+    for measured in list(_MEASURED):
+        if measured.dot_lesson:
+            _check_dots_move(measured)
+
+
+def _check_dots_move(measured: Measured) -> None:
+    """Where the lesson's work is a dot, some dot whose result reaches an output moves
+    it: run again with every such dot's result doubled in half its elements, the output
+    changes. Told where the walk can count the kernels (its absence, elsewhere, is
+    another verdict's business)."""
+    import jax
+
+    leaves = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(measured.output)]
+    if not all(np.isfinite(leaf.astype(np.float64)).all() for leaf in leaves):
+        return   # NaN or inf: the values' own diagnosis says more
+    try:
+        dots = measured._dots
+    except (Diagnosed, KitError, walk.Uncountable, jaxcompat.CannotVerify):
+        return
+    if dots and measured.any_dot_moves() is False:
+        raise Diagnosed("work_unused", (
+            "your kernels run the matmul (jnp.dot), but its result moves no output: the kit "
+            "ran them again with each dot's result doubled in half its elements, and the "
+            "output came out the same each time. A result scaled until it rounds away, or one that a "
+            "select or a maximum never picks, computes nothing the result needs: the "
+            "products are computed somewhere else. Let the dot compute them, and use it."),
+            [("work", f"dot flops executed: {measured.work:,} · none of them moves the "
+                      "output when perturbed")])
 
 
 def _check_collective_id(traced) -> None:
@@ -910,15 +1028,20 @@ def _all_nan(a: np.ndarray) -> bool:
 
 
 def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | None = None,
-               wrong: Mapping[str, tuple[int, int]] | None = None, says: str = "") -> None:
-    """Passes if the kernels executed exactly ``flops`` flops of dots.
+               wrong: Mapping[str, tuple[int, int]] | None = None, says: str = "",
+               moving: bool = True) -> None:
+    """Passes if the kernels executed exactly ``flops`` flops of dots, every one of them
+    multiplying data and moving the output (``Measured.used_work``).
 
     likely: known wrong amounts, name -> flops (e.g. "every_block": the work of a
             kernel that skips nothing); a match is named by the puzzle's words;
     wrong:  known wrong schedules, name -> (flops, bytes moved): one is named only when
             both its numbers are yours and no other schedule, right or known wrong, has
             the same pair (one number alone can belong to two mistakes);
-    says:   the sentence when more work was done than needed (the default names it).
+    says:   the sentence when more work was done than needed (the default names it);
+    moving: False where ``flops`` counts a product that cannot move this configuration's
+            output (one token: a product below the diagonal reaches padding rows only),
+            so that no dot is asked to.
     """
     if wrong:
         pairs, moved = list(wrong.values()), measured.traffic.total
@@ -926,7 +1049,7 @@ def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | No
         likely.update({name: work for name, (work, nbytes) in wrong.items()
                        if work != flops and pairs.count((work, nbytes)) == 1
                        and nbytes == moved})
-    yours, used = measured.work, measured.used_work
+    yours, used = measured.work, measured.reaching_work
     facts = [("work", f"dot flops executed: yours {yours:,} · needed {flops:,}"
                       + (f" ({yours / flops:.3g} ×)" if flops else ""))]
     # The work of a known wrong answer, exactly, says more than "unused" does: the
@@ -935,6 +1058,8 @@ def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | No
         if yours == amount and yours != flops:
             raise Diagnosed(name, f"your kernels do the work of a known wrong answer "
                                   f"({name.replace('_', ' ')}).", facts)
+    if used == yours and yours == flops and moving:
+        _check_work_moves(measured)
     if used < yours:
         raise Diagnosed("work_unused", (
             f"{yours - used:,} of the {yours:,} dot flops your kernels execute compute "
@@ -954,6 +1079,33 @@ def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | No
     raise Diagnosed("work_low", (
         "your kernels compute less than the result needs: some blocks are skipped that "
         "hold visible values, or a dot is missing."), facts)
+
+
+def _check_work_moves(measured: Measured) -> None:
+    """Every dot whose result reaches an output multiplies data and moves the output:
+    run again with a dot's result doubled in half its elements, the output changes
+    (``Measured.idle_dots``). Checked where the work's amount is right, so that the
+    other verdicts, which need no second run, come first."""
+    yours, constant = measured.work, measured.constant_work
+    if constant:
+        raise Diagnosed("work_unused", (
+            f"{constant:,} of the {yours:,} dot flops your kernels execute multiply by a "
+            "matrix your kernel builds from no input (from iota or constants, an identity "
+            "for instance): a product with it only moves values that were computed "
+            "elsewhere. The dots are the work: multiply the blocks of the inputs."),
+            [("work", f"dot flops executed: {yours:,} · with an operand built from no "
+                      f"input: {constant:,}")])
+    idle = yours - measured.used_work
+    if idle > 0:
+        raise Diagnosed("work_unused", (
+            f"{idle:,} of the {yours:,} dot flops your kernels execute do not move the "
+            "output: the kit ran your kernels again with those dots' results doubled in "
+            "half their elements, and every output came out the same. A result scaled "
+            "until it rounds away, or one that a select or a maximum never picks, "
+            "computes nothing the result needs. Let the dots compute the products, and "
+            "use them."),
+            [("work", f"dot flops executed: {yours:,} · moving the output when "
+                      f"perturbed: {measured.used_work:,}")])
 
 
 def check_vmem(measured: Measured, *, most: int, why: str) -> None:

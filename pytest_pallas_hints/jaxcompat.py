@@ -1037,6 +1037,86 @@ def _tpu_multiplies_in(value):
     return value
 
 
+def perturbing(x, tags: dict, chosen):
+    """``x`` (a kernel body: a Jaxpr or a ClosedJaxpr, its sub-programs included) with
+    the result of every equation whose ``id`` is a key of ``tags`` (the dots) followed
+    by its perturbation: where ``chosen()``, called by a host callback each time the
+    equation runs, holds the equation's tag, its result is doubled in half its elements
+    (a checkerboard over its indices, the first element doubled), and a zero there
+    becomes 1; where not, the result is left as it is, bit for bit.
+
+    What the kit asks of a dot is whether its result is used: run again with it
+    perturbed, does the output move? The change is a factor, so a result scaled until
+    it rounds away stays negligible, and a select or a maximum that never picks it
+    still does not; a checkerboard, so no normalization (a softmax, a norm) divides it
+    out; a factor of 2, exact in every float and integer type. A result that is zero
+    (a product with a state that starts at zero) has nothing to scale: it is moved
+    by adding 1. The choice is read at run time so that one compiled program serves
+    the learner's run (no dot chosen) and every perturbed run after it."""
+    _, _, _, var_type = jaxpr_types()
+    if getattr(x, "jaxpr", x) is not x:   # a ClosedJaxpr (JAX >= 0.12: one type for both)
+        return x.replace(jaxpr=perturbing(x.jaxpr, tags, chosen))
+    eqns = []
+    for eqn in x.eqns:
+        if id(eqn) in tags and len(eqn.outvars) == 1:
+            result = eqn.outvars[0]
+            before = var_type(result.aval)
+            eqns.append(eqn.replace(outvars=[before]))
+            eqns += _perturbation(before, result, tags[id(eqn)], chosen)
+            continue
+        params = {k: _perturbing_in(v, tags, chosen) for k, v in eqn.params.items()}
+        eqns.append(eqn.replace(params=params) if params != eqn.params else eqn)
+    return x.replace(eqns=eqns)
+
+
+def perturbed(eqn, tags: dict, chosen):
+    """Kernel equation ``eqn`` with ``perturbing`` applied to its body or bodies."""
+    key = "jaxprs" if eqn.primitive.name == "mpmd_map" else "jaxpr"
+    return eqn.replace(params=dict(eqn.params, **{key: _perturbing_in(eqn.params[key], tags,
+                                                                       chosen)}))
+
+
+def _perturbing_in(value, tags: dict, chosen):
+    if is_jaxpr(value):
+        return perturbing(value, tags, chosen)
+    if isinstance(value, tuple) and any(is_jaxpr(v) for v in value):
+        return tuple(perturbing(v, tags, chosen) if is_jaxpr(v) else v for v in value)
+    return value
+
+
+def _perturbation(before, after, tag: int, chosen) -> list:
+    """Equations that compute ``after`` from ``before`` (two variables of one type), as
+    ``perturbing`` says; traced once with JAX's own ops and spliced in."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    _, _, _, var_type = jaxpr_types()
+    shape, dtype = before.aval.shape, before.aval.dtype
+
+    def on():
+        return jnp.int32(tag in chosen()).__array__()
+
+    def perturbation(t):
+        checker = jnp.int32(1)
+        for d in range(len(shape)):
+            checker = checker + lax.broadcasted_iota(jnp.int32, shape, d)
+        moved = t + (checker % 2).astype(dtype) * jnp.where(t == 0, jnp.ones_like(t), t)
+        chosen_now = jax.pure_callback(on, jax.ShapeDtypeStruct((), jnp.int32))
+        return jnp.where(chosen_now != 0, moved, t)   # t itself, bit for bit, if not
+
+    closed = jax.make_jaxpr(perturbation)(jax.ShapeDtypeStruct(shape, dtype))
+    inner = closed.jaxpr
+    if closed.consts or not inner.eqns:
+        raise ValueError("the perturbation of a dot needs constants")
+    renamed = {inner.invars[0]: before, inner.outvars[0]: after}
+
+    def rename(vs):
+        return [renamed.get(v, v) if isinstance(v, var_type) else v for v in vs]
+
+    return [e.replace(invars=rename(e.invars), outvars=rename(e.outvars)) for e in inner.eqns]
+
+
 def is_kernel(eqn) -> bool:
     return eqn.primitive.name in _KERNELS
 

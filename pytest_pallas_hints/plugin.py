@@ -307,7 +307,11 @@ class PallasRun:
             return (yield)
         __tracebackhide__ = True
         with _running(item, self.timeout):
-            return (yield)
+            result = yield
+            checking = sys.modules.get("pytest_pallas_hints.checking")
+            if checking is not None:   # else the test measured nothing
+                checking.check_after_test()
+            return result
 
     # -- makereport: every failure of a puzzle test becomes findings
     @pytest.hookimpl(wrapper=True)

@@ -358,26 +358,15 @@ def execute(program: Program, args: tuple):
     scalar-prefetch values it got."""
     import jax
 
-    flat = jax.tree_util.tree_leaves(args)
-    closed = program.closed
-
-    def run(*flat_args):
-        captured = []
-
-        def visit(eqn, invals):
-            if invals is None:   # a kernel inside a shard_map (bound with it)
-                return jaxcompat.multiplying_as_on_chip(eqn)
-            site = program.sites[program._by_eqn[id(eqn)]]
-            captured.append((site.index, list(invals[:site.call.num_prefetch])))
-            return jaxcompat.multiplying_as_on_chip(eqn)
-
-        outs = _evaluate(closed.jaxpr, closed.consts, flat_args, visit)
-        return outs, captured
-
     # Wait for the results here: an error the run raises (a learner's kernel failing
     # inside the interpreter's callbacks) surfaces now, as the run's, and not later
     # where the kit first reads the output.
-    outs, captured = jax.block_until_ready(jax.jit(run)(*flat))
+    outs, captured = jax.block_until_ready(
+        _runner(program, jaxcompat.multiplying_as_on_chip)(*jax.tree_util.tree_leaves(args)))
+    return jax.tree_util.tree_unflatten(program.out_tree, outs), _executed(program, captured)
+
+
+def _executed(program: Program, captured: list) -> list[Executed]:
     executed = [Executed(program.sites[index], [np.asarray(v) for v in values])
                 for index, values in captured]
     # A kernel inside a shard_map ran once on every device of its mesh (the shard_map
@@ -386,7 +375,66 @@ def execute(program: Program, args: tuple):
     executed += [Executed(site, [], device=d) for site in program.sites
                  if site.mesh and not site.repeated and not site.call.num_prefetch
                  for d in range(site.devices)]
-    return jax.tree_util.tree_unflatten(program.out_tree, outs), executed
+    return executed
+
+
+def _runner(program: Program, params_of):
+    """The program as one jitted function of its flat arguments, each kernel bound with
+    ``params_of(kernel)`` for parameters; it returns the flat outputs and, per kernel
+    run, (site index, its scalar-prefetch values)."""
+    import jax
+
+    closed = program.closed
+
+    def run(*flat_args):
+        captured = []
+
+        def visit(eqn, invals):
+            if invals is not None:   # None: a kernel inside a shard_map (bound with it)
+                site = program.sites[program._by_eqn[id(eqn)]]
+                captured.append((site.index, list(invals[:site.call.num_prefetch])))
+            return params_of(eqn)
+
+        outs = _evaluate(closed.jaxpr, closed.consts, flat_args, visit)
+        return outs, captured
+
+    return jax.jit(run)
+
+
+def execute_perturbable(program: Program, args: tuple):
+    """``execute``, with every dot of every TPU kernel able to be perturbed afterwards
+    without compiling again (``jaxcompat.perturbing``). Returns the output, the kernel
+    runs and ``perturbed(chosen)``: the output again, with the results of the dots in
+    ``chosen`` (ids of equations) perturbed; None where the kernels have no dot, or
+    where the program with its dots made perturbable failed where the program as it
+    is did not (the kit's fault: the learner's run is then the plain one)."""
+    import jax
+
+    dots = [id(eqn) for site in program.sites if site.call.backend == "mosaic_tpu"
+            for eqn in jaxcompat.equations(site.call.kernel)
+            if eqn.primitive.name == "dot_general"]
+    if not dots:
+        return (*execute(program, args), None)
+    tags = {dot: n for n, dot in enumerate(dots)}
+    now = [frozenset()]
+    runner = _runner(program, lambda eqn: jaxcompat.multiplying_as_on_chip(
+        jaxcompat.perturbed(eqn, tags, lambda: now[0])))
+    flat = jax.tree_util.tree_leaves(args)
+
+    def perturbed(chosen) -> object:
+        now[0] = frozenset(tags[dot] for dot in chosen if dot in tags)
+        try:
+            outs, _ = jax.block_until_ready(runner(*flat))
+        finally:
+            now[0] = frozenset()
+        return jax.tree_util.tree_unflatten(program.out_tree, outs)
+
+    try:
+        outs, captured = jax.block_until_ready(runner(*flat))
+    except Exception:
+        return (*execute(program, args), None)
+    return (jax.tree_util.tree_unflatten(program.out_tree, outs),
+            _executed(program, captured), perturbed)
 
 
 def lower_for_tpu(program: Program, args: tuple) -> None:

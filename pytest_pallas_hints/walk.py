@@ -75,8 +75,12 @@ class Uses:
     #   {variable: coefficient}: a sum of other variables' values (add, sub, neg, a cast,
     #   a constant factor), so that (x + d) - d keeps x's marks and drops d's
     refs: int = 0                                             # ref marks handed out
+    eqns: list = dataclasses.field(default_factory=list)      # per run: id of its equation
+    constant: set = dataclasses.field(default_factory=set)    # runs with an operand loaded
+    #   from no ref (built in the kernel: an identity from iota): they multiply no data
 
-    def run(self, flops: int, device: int | None, in_flight: bool) -> int:
+    def run(self, flops: int, device: int | None, in_flight: bool, eqn=None) -> int:
+        self.eqns.append(id(eqn))
         self.flops.append(flops)
         self.device.append(device)
         self.in_flight.append(in_flight)
@@ -109,8 +113,29 @@ class Uses:
                 runs |= self.stored.get(mark, set())
         return runs
 
-    def used_flops(self, device: int | None = None) -> int:
-        return sum(self.flops[r] for r in self.used() if self.device[r] == device)
+    def used_flops(self, device: int | None = None, idle=None) -> int:
+        """The flops of ``device``'s used runs; with ``idle`` (ids of dots whose result,
+        perturbed, left the output as it was), only of those that multiply data and are
+        not runs of those dots."""
+        return sum(self.flops[r] for r in self.used() if self.device[r] == device and (
+            idle is None or (self.eqns[r] not in idle and r not in self.constant)))
+
+    def constant_flops(self, device: int | None = None) -> int:
+        """The flops of ``device``'s used runs that multiply by a matrix built in the
+        kernel from no data (``constant``)."""
+        return sum(self.flops[r] for r in self.used() & self.constant
+                   if self.device[r] == device)
+
+    def reaching_eqns(self, device: int | None = None) -> dict:
+        """id -> flops, of the dot equations with a run on ``device`` whose result reached an
+        output (directly, or loaded from a ref it was stored in): those whose use a run
+        can show. A dot used only as the state a kernel carries past its last read (the
+        last chunk's update) is used by this rule alone."""
+        found = {}
+        for r in self.reached:
+            if r >= 0 and self.device[r] == device:
+                found[self.eqns[r]] = found.get(self.eqns[r], 0) + self.flops[r]
+        return found
 
     def used_runs(self, device: int | None = None, overlapped: bool = False) -> int:
         """The runs of ``device`` whose results are used; ``overlapped``: those run while
@@ -675,7 +700,9 @@ class Walk:
             flops, dtype = _dot_flops(eqn), str(eqn.invars[0].aval.dtype)
             self.counts.flops += flops
             self.counts.dot_flops[dtype] = self.counts.dot_flops.get(dtype, 0) + flops
-            self._dot_run = self.uses.run(flops, self.counts.device, self._landing())
+            self._dot_run = self.uses.run(flops, self.counts.device, self._landing(), eqn)
+            if not all(any(m < 0 for m in marks) for marks in self.marks_of(eqn.invars[:2])):
+                self.uses.constant.add(self._dot_run)
             key = jaxcompat.dot_shape(eqn)
             self.counts.dots[key] = self.counts.dots.get(key, 0) + 1
             return unknown

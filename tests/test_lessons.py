@@ -11,7 +11,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from pytest_pallas_hints import checking, structure
+from pytest_pallas_hints import checking, jaxcompat, structure
 from pytest_pallas_hints.checking import Diagnosed, check_overlap, check_vmem, measure
 
 CHUNK, CHUNKS, D = 8, 4, 128
@@ -536,6 +536,15 @@ def matmul_steps(how):
         elif how == "state":              # read at the next step: the last update is dead
             product = product + junk_ref[...] * 0.5
             junk_ref[...] = decoy
+        elif how == "scaled_away":        # reaches the output, and rounds away there
+            product = product + decoy * 2.0 ** -60
+        elif how == "never_picked":       # a maximum that always picks the other side
+            product = jnp.maximum(product, decoy - 2.0 ** 30)
+        elif how == "identity":           # the MXU passes the answer through an identity
+            eye = (jax.lax.broadcasted_iota(jnp.int32, (128, 128), 0)
+                   == jax.lax.broadcasted_iota(jnp.int32, (128, 128), 1))
+            product = jnp.dot(product, eye.astype(jnp.float32),
+                              preferred_element_type=jnp.float32) + decoy
         acc_ref[...] += product
 
         @pl.when(k == pl.num_programs(0) - 1)
@@ -562,15 +571,63 @@ DOT = 2 * 8 * 128 * 128   # one (8, 128) x (128, 128) dot
     ("state", 4)])
 def test_work_counts_when_its_result_reaches_an_output(how, used):
     ran = measure(matmul_steps(how), A, B, structure=None)
-    assert ran.work == 4 * DOT and ran.used_work == used * DOT
+    assert ran.work == 4 * DOT and ran.reaching_work == used * DOT
     if used < 4:
         with pytest.raises(Diagnosed) as failed:
             checking.check_work(ran, flops=4 * DOT)
         assert failed.value.kind == "work_unused"
         assert f"dot flops executed: {4 * DOT:,} · reaching an output: {used * DOT:,}" \
             in str(failed.value.facts)
+    elif how == "rounding_error":   # on all-ones inputs bf16 loses nothing of the decoy's
+        assert ran.used_work == 2 * DOT   # 128 (or 256): perturbed, it moves nothing
     else:
+        assert ran.used_work == 4 * DOT
         checking.check_work(ran, flops=4 * DOT)
+
+
+@pytest.mark.parametrize("how, says", [
+    ("scaled_away", "do not move the output"), ("never_picked", "do not move the output"),
+    ("identity", "builds from no input")])
+def test_work_that_reaches_an_output_without_moving_it_is_not_used(how, says):
+    """A dot's result that reaches the output by every path the walk follows and still
+    cannot change it: scaled until it rounds away, behind a maximum that never picks it
+    (found by running again with its result perturbed), or a product with a matrix the
+    kernel built from nothing (an identity from iota: it only passes a value through)."""
+    ran = measure(matmul_steps(how), A, B, structure=None)
+    flops = (6 if how == "identity" else 4) * DOT
+    assert ran.work == flops
+    assert ran.used_work == (4 if how == "identity" else 2) * DOT
+    with pytest.raises(Diagnosed, match=says) as failed:
+        checking.check_work(ran, flops=flops)
+    assert failed.value.kind == "work_unused"
+
+
+def test_a_perturbable_run_gives_the_programs_output_bit_for_bit():
+    """The program with its dots made perturbable gives, with none chosen, exactly the
+    output of the program as it is, and another one with a dot chosen; a result that is
+    zero is moved too (a state that starts at zero)."""
+    from pytest_pallas_hints import program as programs
+
+    def kernel(a_ref, b_ref, o_ref):
+        zero = jnp.dot(a_ref[...] * 0.0, b_ref[...], preferred_element_type=jnp.float32)
+        o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32) \
+            + 3.0 * zero
+
+    def call(a, b):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32))(a, b)
+
+    a = np.random.default_rng(0).normal(size=(8, 128)).astype(np.float32)
+    b = np.random.default_rng(1).normal(size=(128, 128)).astype(np.float32)
+    traced = programs.trace(call, (a, b), {})
+    plain, _ = programs.execute(traced, (a, b))
+    output, _, perturbed = programs.execute_perturbable(traced, (a, b))
+    assert np.array_equal(np.asarray(plain), np.asarray(output))
+    dots = [id(eqn) for eqn in jaxcompat.equations(traced.sites[0].call.kernel)
+            if eqn.primitive.name == "dot_general"]
+    assert len(dots) == 2
+    for dot in dots:
+        assert checking._moved(output, perturbed({dot}))
+    assert np.array_equal(np.asarray(perturbed(set())), np.asarray(output))
 
 
 def test_work_copied_out_by_a_dma_reaches_the_output():

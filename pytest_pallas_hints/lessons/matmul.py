@@ -157,3 +157,27 @@ def legal_blocks(M, K, N, itemsize):
     return list(itertools.product(
         *[[b for b in range(1, dim + 1) if legal(dim, b, align)]
           for dim, align in ((M, sublanes(itemsize)), (K, 128), (N, 128))]))
+
+
+def check_bf16_on_the_mxu(ran, a) -> None:
+    """Where a is bfloat16, every dot takes bfloat16 operands: the MXU multiplies bf16 at
+    full rate and accumulates in float32 when asked (``preferred_element_type``); float32
+    operands (the blocks cast up, at Precision.HIGHEST) give the same sums here and take
+    the MXU several passes per product. Read from the dots the kernels executed."""
+    if np.dtype(a.dtype) != np.dtype("bfloat16"):
+        return
+    wide = {}
+    for counts in ran.counts:
+        for dtype, flops in counts.dot_flops.items():
+            if dtype != "bfloat16":
+                wide[dtype] = wide.get(dtype, 0) + flops
+    if wide:
+        dtype, flops = max(wide.items(), key=lambda item: item[1])
+        fail("dot_dtype", (
+            f"your dots multiply {dtype} operands where a and b are bfloat16: the lesson is "
+            "the MXU's bf16 path, bf16 blocks in and a float32 sum out "
+            "(preferred_element_type=jnp.float32). Cast up first and the products are the "
+            "same, but each one takes the MXU several passes. Hand the dot the blocks as "
+            "they are."),
+            [("dots", f"{flops:,} dot flops with {dtype} operands, where a is bfloat16")])
+
