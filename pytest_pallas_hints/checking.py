@@ -192,16 +192,18 @@ class Measured:
     @functools.cached_property
     def _dots(self) -> list:
         """ids of the dots whose results the walk saw reach an output, heaviest first."""
+        if any(site.call.backend != "mosaic_tpu" for site in self.program.sites):
+            # Mosaic GPU: no walk follows values there; every read of an accumulator
+            return list(getattr(self.perturbed, "dots", ()))
         self._countable()
         flops = {}
         for counts in self.counts:
-            if isinstance(counts, walk.Counts):
-                for eqn, amount in counts.uses.reaching_eqns(counts.device).items():
-                    flops[eqn] = flops.get(eqn, 0) + amount
+            for eqn, amount in counts.uses.reaching_eqns(counts.device).items():
+                flops[eqn] = flops.get(eqn, 0) + amount
         return sorted(flops, key=lambda eqn: -flops[eqn])
 
     def _moves(self, dot: int) -> bool | None:
-        """Whether perturbing the result of ``dot`` moves an output (``_moved``); None
+        """Whether perturbing the result of ``dot`` moves an output at all (``_moved``); None
         where the perturbed run failed, which tells nothing."""
         if self.perturbed is None:
             return None
@@ -424,24 +426,22 @@ def tpu_sized() -> bool:
 
 
 def _moved(before, after) -> bool:
-    """Whether any leaf of ``after`` differs from ``before``'s: a float by more than
-    1e-4 of the leaf's largest finite magnitude, or in where it is NaN or infinite; any
-    other type at all."""
+    """Whether any element of any leaf of ``after`` differs from ``before``'s, however
+    little (NaN where NaN was is no change). The same compiled program runs both, so a
+    difference is the perturbation's: a result that reaches the output only through a
+    steep decay still moves some bit of it, where one scaled until it rounds away, or
+    never picked, moves none."""
     import jax
-    import jax.numpy as jnp
 
     for a, b in zip(jax.tree_util.tree_leaves(before), jax.tree_util.tree_leaves(after)):
         a, b = np.asarray(a), np.asarray(b)
-        if not jnp.issubdtype(a.dtype, jnp.inexact):
-            if a.shape != b.shape or (a != b).any():
-                return True
-            continue
-        a, b = a.astype(np.float64), b.astype(np.float64)
-        finite = np.isfinite(a) & np.isfinite(b)
-        if (a[~finite] != b[~finite]).any() and not (np.isnan(a) & np.isnan(b))[~finite].all():
+        if a.shape != b.shape:
             return True
-        scale = np.abs(a[finite]).max(initial=0.0)
-        if (np.abs(a - b)[finite] > 1e-4 * scale).any():
+        differ = a != b
+        if np.issubdtype(a.dtype, np.inexact) or a.dtype.kind == "V" or differ.dtype != bool:
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            differ = (a64 != b64) & ~(np.isnan(a64) & np.isnan(b64))
+        if differ.any():
             return True
     return False
 
@@ -472,7 +472,8 @@ def measure(fn: Callable, *args, structure: Structure | None, **static) -> Measu
                                 if run.site.index in unchecked])
     measured = Measured(output, traced, executed, args, walked, perturbed)
     _MEASURED.append(measured)
-    measured.dot_lesson = structure is not None and "dot_general" in structure.inside
+    measured.dot_lesson = structure is not None and bool(
+        {"dot_general", "wgmma_ref"} & structure.inside)
     return measured
 
 
@@ -486,26 +487,42 @@ def check_after_test() -> None:
 
 
 def _check_dots_move(measured: Measured) -> None:
-    """Where the lesson's work is a dot, some dot whose result reaches an output moves
-    it: run again with every such dot's result doubled in half its elements, the output
-    changes. Told where the walk can count the kernels (its absence, elsewhere, is
-    another verdict's business)."""
+    """Where the lesson's work is a dot, the dots move the output: run again with a dot's
+    result doubled in half its elements, the output changes. On a TPU some dot whose
+    result the walk saw reach an output must (``check_work`` asks it of each, where a
+    puzzle counts the work); on a GPU every read of a wgmma accumulator must. Told where
+    the output is finite (NaN or inf: the values' own diagnosis says more)."""
     import jax
 
     leaves = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(measured.output)]
     if not all(np.isfinite(leaf.astype(np.float64)).all() for leaf in leaves):
-        return   # NaN or inf: the values' own diagnosis says more
+        return
     try:
         dots = measured._dots
     except (Diagnosed, KitError, walk.Uncountable, jaxcompat.CannotVerify):
         return
-    if dots and measured.any_dot_moves() is False:
+    if not dots:
+        return
+    how = ("the kit ran them again with each dot's result doubled in half its elements, "
+           "and the output came out the same")
+    if any(site.call.backend != "mosaic_tpu" for site in measured.program.sites):
+        idle = [dot for dot in dots if measured._moves(dot) is False]
+        if idle:
+            raise Diagnosed("work_unused", (
+                f"{len(idle)} of the {len(dots)} reads of a wgmma accumulator in your "
+                f"kernels (acc[...]) move no output: {how} with the value read doubled in "
+                "half its elements. A result scaled until it rounds away, or one that a "
+                "select or a maximum never picks, computes nothing the result needs: the "
+                "products are computed somewhere else. Let plgpu.wgmma compute them, and "
+                "use its accumulator."),
+                [("work", f"accumulator reads moving the output when perturbed: "
+                          f"{len(dots) - len(idle)} of {len(dots)}")])
+    elif measured.any_dot_moves() is False:
         raise Diagnosed("work_unused", (
-            "your kernels run the matmul (jnp.dot), but its result moves no output: the kit "
-            "ran them again with each dot's result doubled in half its elements, and the "
-            "output came out the same each time. A result scaled until it rounds away, or one that a "
-            "select or a maximum never picks, computes nothing the result needs: the "
-            "products are computed somewhere else. Let the dot compute them, and use it."),
+            f"your kernels run the matmul (jnp.dot), but its result moves no output: {how} "
+            "each time. A result scaled until it rounds away, or one that a select or a "
+            "maximum never picks, computes nothing the result needs: the products are "
+            "computed somewhere else. Let the dot compute them, and use it."),
             [("work", f"dot flops executed: {measured.work:,} · none of them moves the "
                       "output when perturbed")])
 

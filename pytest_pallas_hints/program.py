@@ -402,17 +402,19 @@ def _runner(program: Program, params_of):
 
 
 def execute_perturbable(program: Program, args: tuple):
-    """``execute``, with every dot of every TPU kernel able to be perturbed afterwards
-    without compiling again (``jaxcompat.perturbing``). Returns the output, the kernel
-    runs and ``perturbed(chosen)``: the output again, with the results of the dots in
-    ``chosen`` (ids of equations) perturbed; None where the kernels have no dot, or
+    """``execute``, with every dot of every kernel able to be perturbed afterwards
+    without compiling again (``jaxcompat.perturbing``): a TPU kernel's ``dot_general``, a
+    Mosaic GPU kernel's read of a wgmma accumulator. Returns the output, the kernel runs
+    and ``perturbed(chosen)``: the output again, with the results of the dots in
+    ``chosen`` (ids of equations; all of them in ``perturbed.dots``) perturbed; None
+    where the kernels have no dot, or
     where the program with its dots made perturbable failed where the program as it
     is did not (the kit's fault: the learner's run is then the plain one)."""
     import jax
 
-    dots = [id(eqn) for site in program.sites if site.call.backend == "mosaic_tpu"
-            for eqn in jaxcompat.equations(site.call.kernel)
-            if eqn.primitive.name == "dot_general"]
+    dots = [id(eqn) for site in program.sites for eqn in jaxcompat.equations(site.call.kernel)
+            if eqn.primitive.name == ("dot_general" if site.call.backend == "mosaic_tpu"
+                                      else "wgmma_accumulator_deref")]
     if not dots:
         return (*execute(program, args), None)
     tags = {dot: n for n, dot in enumerate(dots)}
@@ -433,6 +435,7 @@ def execute_perturbable(program: Program, args: tuple):
         outs, captured = jax.block_until_ready(runner(*flat))
     except Exception:
         return (*execute(program, args), None)
+    perturbed.dots = dots
     return (jax.tree_util.tree_unflatten(program.out_tree, outs),
             _executed(program, captured), perturbed)
 
