@@ -298,8 +298,9 @@ def test_value_work_and_bytes_come_from_one_run(monkeypatch):
     from pytest_pallas_hints import program
 
     runs = []
-    original = program.execute
-    monkeypatch.setattr(program, "execute", lambda *a: runs.append(1) or original(*a))
+    original = program.execute_perturbable
+    monkeypatch.setattr(program, "execute_perturbable",
+                        lambda *a: runs.append(1) or original(*a))
     traced = []
     ran = measure(functools.partial(masked_matmul, visit=lambda i, j, k: traced.append(1) or True),
                   A, B, structure=Structure(inside={"dot_general"}))
