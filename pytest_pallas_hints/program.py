@@ -407,9 +407,8 @@ def execute_perturbable(program: Program, args: tuple):
     Mosaic GPU kernel's read of a wgmma accumulator. Returns the output, the kernel runs
     and ``perturbed(chosen)``: the output again, with the results of the dots in
     ``chosen`` (ids of equations; all of them in ``perturbed.dots``) perturbed; None
-    where the kernels have no dot, or
-    where the program with its dots made perturbable failed where the program as it
-    is did not (the kit's fault: the learner's run is then the plain one)."""
+    where the kernels have no dot, or where the program with its dots made perturbable
+    could not be built (the kit's fault: the learner's run is then the plain one)."""
     import jax
 
     dots = [id(eqn) for site in program.sites for eqn in jaxcompat.equations(site.call.kernel)
@@ -419,9 +418,12 @@ def execute_perturbable(program: Program, args: tuple):
         return (*execute(program, args), None)
     tags = {dot: n for n, dot in enumerate(dots)}
     now = [frozenset()]
-    runner = _runner(program, lambda eqn: jaxcompat.multiplying_as_on_chip(
-        jaxcompat.perturbed(eqn, tags, lambda: now[0])))
     flat = jax.tree_util.tree_leaves(args)
+    try:   # compiled apart from the run: only a failure to build it is the kit's
+        runner = _runner(program, lambda eqn: jaxcompat.multiplying_as_on_chip(
+            jaxcompat.perturbed(eqn, tags, lambda: now[0]))).lower(*flat).compile()
+    except Exception:
+        return (*execute(program, args), None)
 
     def perturbed(chosen) -> object:
         now[0] = frozenset(tags[dot] for dot in chosen if dot in tags)
@@ -431,10 +433,10 @@ def execute_perturbable(program: Program, args: tuple):
             now[0] = frozenset()
         return jax.tree_util.tree_unflatten(program.out_tree, outs)
 
-    try:
-        outs, captured = jax.block_until_ready(runner(*flat))
-    except Exception:
-        return (*execute(program, args), None)
+    # Wait for the results here: an error the run raises (a learner's kernel failing
+    # inside the interpreter's callbacks) surfaces now, as the run's. It is not run
+    # again: the interpreter's memory may keep what the failed run left.
+    outs, captured = jax.block_until_ready(runner(*flat))
     perturbed.dots = dots
     return (jax.tree_util.tree_unflatten(program.out_tree, outs),
             _executed(program, captured), perturbed)
