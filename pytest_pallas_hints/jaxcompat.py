@@ -1030,10 +1030,16 @@ def multiplying_as_on_chip(eqn) -> dict:
 
 
 def _tpu_multiplies_in(value):
+    return _each_jaxpr(value, tpu_multiplies)
+
+
+def _each_jaxpr(value, rewrite):
+    """An equation parameter with ``rewrite`` applied to the jaxpr it is, or to each
+    jaxpr of the tuple it is (a cond's branches); any other value as it is."""
     if is_jaxpr(value):
-        return tpu_multiplies(value)
+        return rewrite(value)
     if isinstance(value, tuple) and any(is_jaxpr(v) for v in value):
-        return tuple(tpu_multiplies(v) if is_jaxpr(v) else v for v in value)
+        return tuple(rewrite(v) if is_jaxpr(v) else v for v in value)
     return value
 
 
@@ -1077,11 +1083,7 @@ def perturbed(eqn, tags: dict, chosen):
 
 
 def _perturbing_in(value, tags: dict, chosen):
-    if is_jaxpr(value):
-        return perturbing(value, tags, chosen)
-    if isinstance(value, tuple) and any(is_jaxpr(v) for v in value):
-        return tuple(perturbing(v, tags, chosen) if is_jaxpr(v) else v for v in value)
-    return value
+    return _each_jaxpr(value, lambda jaxpr: perturbing(jaxpr, tags, chosen))
 
 
 def _perturbation(before, after, tag: int, chosen) -> list:
