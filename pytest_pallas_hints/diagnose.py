@@ -141,8 +141,10 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
     if tail is not None and not nan.any():
         findings.append(Finding("tail", (
             f"only the last block along dim {tail} is wrong, the one that hangs off the "
-            "end of the array: its out-of-range part holds garbage; mask it "
-            "(iota + program_id) before it mixes with real values.")))
+            "end of the array. Its out-of-range part holds garbage: does some of it mix "
+            "with real values (a reduction over that dim, a max or a sum; mask it with "
+            "iota + program_id before it does)? Or does that block differ in another way, "
+            "a step only it takes, a size or an offset of its own?")))
     side, width = _diagonal_side(bad)
     if side and width == 1:
         findings.append(Finding(f"{side}_diagonal", (
