@@ -204,17 +204,21 @@ class Measured:
 
     def _moves(self, dot: int) -> bool | None:
         """Whether perturbing the result of ``dot`` moves an output at all (``_moved``); None
-        where the perturbed run failed, which tells nothing."""
+        where the perturbed run failed, which tells nothing. A dot is perturbed together
+        with the others that the same call in the learner's code made (a loop over taps
+        or heads traces one call many times: one run, not one per iteration), so what
+        is judged is each dot the learner wrote."""
         if self.perturbed is None:
             return None
+        group = getattr(self.perturbed, "together", {}).get(dot, frozenset({dot}))
         cache = self.__dict__.setdefault("_moved_by", {})
-        if dot not in cache:
+        if group not in cache:
             with kit_step("perturbing the dots"):
                 try:
-                    cache[dot] = _moved(self.output, self.perturbed({dot}))
+                    cache[group] = _moved(self.output, self.perturbed(group))
                 except Exception:
-                    cache[dot] = None
-        return cache[dot]
+                    cache[group] = None
+        return cache[group]
 
     @functools.cached_property
     def traffic(self):

@@ -467,6 +467,19 @@ def frames(eqn) -> list[tuple[str, int]]:
         return []
 
 
+def call_site(eqn):
+    """Which instruction of which Python frames made ``eqn``, as a hashable key, or None
+    where this JAX does not record it. Equations made by one call in the learner's code
+    share it (a Python loop traces that call once per iteration); two calls on one line
+    do not (each is its own instruction)."""
+    traceback = getattr(getattr(eqn, "source_info", None), "traceback", None)
+    try:
+        codes, lastis = traceback.raw_frames()
+        return tuple(zip(codes, lastis))
+    except Exception:
+        return None
+
+
 def from_emit_pipeline(eqn) -> bool:
     """Whether ``eqn`` (a DMA, or a TMA copy of Mosaic GPU) was made by
     ``pltpu.emit_pipeline`` (``plgpu.emit_pipeline``), not by the learner's

@@ -411,9 +411,11 @@ def execute_perturbable(program: Program, args: tuple):
     could not be built (the kit's fault: the learner's run is then the plain one)."""
     import jax
 
-    dots = [id(eqn) for site in program.sites for eqn in jaxcompat.equations(site.call.kernel)
+    made = {id(eqn): jaxcompat.call_site(eqn) for site in program.sites
+            for eqn in jaxcompat.equations(site.call.kernel)
             if eqn.primitive.name == ("dot_general" if site.call.backend == "mosaic_tpu"
-                                      else "wgmma_accumulator_deref")]
+                                      else "wgmma_accumulator_deref")}
+    dots = list(made)
     if not dots:
         return (*execute(program, args), None)
     tags = {dot: n for n, dot in enumerate(dots)}
@@ -438,8 +440,18 @@ def execute_perturbable(program: Program, args: tuple):
     # again: the interpreter's memory may keep what the failed run left.
     outs, captured = jax.block_until_ready(runner(*flat))
     perturbed.dots = dots
+    perturbed.together = _by_call_site(made)
     return (jax.tree_util.tree_unflatten(program.out_tree, outs),
             _executed(program, captured), perturbed)
+
+
+def _by_call_site(made: dict) -> dict:
+    """dot id -> the ids of the dots one call in the learner's code made (``made``: id ->
+    ``jaxcompat.call_site``), itself alone where the call is not known."""
+    groups = {}
+    for dot, site in made.items():
+        groups.setdefault(dot if site is None else site, []).append(dot)
+    return {dot: frozenset(group) for group in groups.values() for dot in group}
 
 
 def lower_for_tpu(program: Program, args: tuple) -> None:
