@@ -257,7 +257,9 @@ def reduce_scatter_kernel(x_ref, o_ref, send_buf, recv_buf, send_sem, recv_sem, 
     but the first, a device waits for that signal from its right neighbour.
     Signal only when a send will follow (there are N - 2 of those), so that no
     signal is left unwaited when the kernel ends: pl.when(condition) runs a
-    function only when the traced condition holds.
+    function only when the traced condition holds. (A receive buffer per step
+    would need no signal, and N blocks of memory: the tests allow a ring at
+    most 4 blocks of buffers of its own, whatever N.)
     """
     raise NotImplementedError
 

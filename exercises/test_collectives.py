@@ -29,7 +29,7 @@ from jax.sharding import PartitionSpec as P
 from pytest_pallas_hints import (Structure, chapter, check, check_overlap, check_traffic,
                                  check_work, lowers_for_tpu, measure)
 from pytest_pallas_hints.lessons.collectives import (
-    AXIS, check_copies_leave, check_on_every_device, check_remote_bytes,
+    AXIS, check_copies_leave, check_on_every_device, check_remote_bytes, check_ring_buffers,
     check_values_or_bytes, ring)
 
 collectives = chapter("collectives")
@@ -201,6 +201,7 @@ def test_reduce_scatter(n, block, dtype, rng):
                               "block_off_by_one": lambda: np.roll(sums, -rows, axis=0).astype(
                                   x.dtype)})
     moved()
+    check_ring_buffers(ran, partial_bytes, n=n)
     lowers(ran, mesh)
 
 
@@ -237,6 +238,7 @@ def test_all_reduce(n, block, dtype, rng):
                               "gathered_then_summed": lambda: (n * local).reshape(
                                   x.shape).astype(x.dtype)})
     moved()
+    check_ring_buffers(ran, block_bytes * 4, n=n, gathered=n * block_bytes * x.itemsize)
     lowers(ran, mesh)
 
 

@@ -68,6 +68,25 @@ def vmem(call) -> Footprint:
     return Footprint(call.name, tuple(sorted(parts, key=lambda p: -p[1])))
 
 
+def held(call) -> Footprint:
+    """The buffers ``call``'s kernel allocates for itself, in VMEM or HBM: its scratch and
+    the ``pl.run_scoped`` buffers alive at once; not the operands it was given, nor
+    semaphores or SMEM scalars. What a schedule keeps beside its inputs and outputs
+    (a ring: how many blocks it has in flight)."""
+    names = _scratch_names(call)
+    parts = [(names[n] if n < len(names) else f"scratch {n}", _bytes(aval))
+             for n, aval in enumerate(call.scratch) if _in_memory(aval)]
+    scoped = _scoped(call.kernel, in_space=_in_memory)
+    if scoped:
+        parts.append(("pl.run_scoped buffers", scoped))
+    return Footprint(call.name, tuple(sorted((p for p in parts if p[1]), key=lambda p: -p[1])))
+
+
+def _in_memory(aval) -> bool:
+    return jaxcompat.memory_space(aval) in ("vmem", "", "default", "any") \
+        and hasattr(aval, "shape") and hasattr(aval, "dtype")
+
+
 LANES, SUBLANES = 128, 8     # a VMEM tile of 32-bit values (see the module docstring)
 
 

@@ -118,6 +118,31 @@ def check_remote_bytes(ran, expected, *, what, likely=None, travels=None):
         "blocks never travel (did they reach the output some other way?)."), facts)
 
 
+RING_BUFFERS = 4   # a send and a receive buffer, each double-buffered at most
+
+
+def check_ring_buffers(ran, block_bytes, *, n, gathered=0):
+    """A ring holds a fixed number of blocks whatever N (``RING_BUFFERS`` of
+    ``block_bytes``; ``gathered``: bytes a gathering kernel may stage besides, the result
+    it assembles): a buffer that has been read is used again, which is what the ready
+    semaphore is for. A buffer per step needs no semaphore and holds N blocks."""
+    from .. import footprint
+
+    most = RING_BUFFERS * block_bytes + gathered
+    for site in ran.program.sites:
+        found = footprint.held(site.call)
+        if found.total > most:
+            fail("ring_buffers", (
+                f"your kernel {found.kernel} keeps {footprint._size(found.total)} of buffers "
+                f"of its own on N = {n} devices, {found.total / block_bytes:.3g} blocks of "
+                "partial sums: its memory grows with N. A ring passes one block a step and "
+                "uses a buffer again once the neighbour has read it; a REGULAR semaphore "
+                "signalled by the reader says when. Keep one buffer to send from and one to "
+                f"receive into (at most {RING_BUFFERS} blocks whatever N), not one per step."),
+                [("buffers", f"{found.largest()} · a ring's at most "
+                             f"{footprint._size(most)}")], name=found.kernel)
+
+
 def check_values_or_bytes(ran, expected, moved, **options):
     """check(ran, expected, **options); where the values are wrong and nothing more
     specific than that can be said of them, the bytes the copies moved first (``moved``):
