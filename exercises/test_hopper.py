@@ -30,7 +30,8 @@ from pytest_pallas_hints.lessons.hopper import (
     attention_f64, attention_f64_heads, attention_not_rescaled, check_barriers_waited,
     check_by_tma_only, check_copies_in_bounds, check_k_steps, check_kv_blocks_fetched,
     check_kv_blocks_visited, check_kv_heads_read, check_loads_by_tma, check_pipeline,
-    check_roles, check_smem_tile, check_smem_used, check_wgmma_transforms, check_wgmmas)
+    check_ring_overlaps, check_roles, check_smem_tile, check_smem_used, check_wgmma_transforms,
+    check_wgmmas)
 
 hopper = chapter("hopper")
 
@@ -254,6 +255,7 @@ def test_warpgroups(S, D, block_rows, dtype, rng):
     check(ran, x + np.asarray(1, dtype), blocks=(block_rows, None), axes="S D",
           likely={"not_added": x})
     check_barriers_waited(ran)
+    check_ring_overlaps(ran, tiles=S // block_rows)
 
 
 @puzzle("hopper.warpgroups")

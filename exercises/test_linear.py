@@ -296,7 +296,7 @@ def test_delta_rule(B, N, T, H, Hv, chunk, edges, dtype, rng):
     if tpu_sized():
         return
     check_work(ran, flops=lesson.flops_of(ran, functools.partial(
-        lesson.chunk_flops, B, N, T, H, Hv, chunk, delta=True)), moving=T > 1)
+        lesson.chunk_flops, B, N, T, H, Hv, chunk, delta=True)), moving=lesson.every_product_moves(T, chunk))
     lowers_for_tpu(ran)
 
 
@@ -334,7 +334,7 @@ def test_gated_delta(B, N, T, H, Hv, chunk, strength, edges, dtype, rng):
     if tpu_sized():
         return
     check_work(ran, flops=lesson.flops_of(ran, functools.partial(
-        lesson.chunk_flops, B, N, T, H, Hv, chunk, delta=True)), moving=T > 1)
+        lesson.chunk_flops, B, N, T, H, Hv, chunk, delta=True)), moving=lesson.every_product_moves(T, chunk))
     lowers_for_tpu(ran)
 
 
@@ -391,7 +391,7 @@ def test_api(B, N, T, H, Hv, chunk, dtype, names, rng):
     lesson.check_chunk_rounded(ran, T=T, chunk=chunk)
     # One token: the keys' product (k k^T below the diagonal) reaches padding rows only.
     check_work(ran, flops=lesson.flops_of(ran, functools.partial(
-        lesson.api_flops, B, N, T, H, Hv, chunk, names)), moving=T > 1)
+        lesson.api_flops, B, N, T, H, Hv, chunk, names)), moving=lesson.every_product_moves(T, chunk))
     lowers_for_tpu(ran)
 
 

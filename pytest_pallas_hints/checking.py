@@ -515,8 +515,8 @@ def _check_dots_move(measured: Measured) -> None:
             raise Diagnosed("work_unused", (
                 f"{len(idle)} of the {len(dots)} reads of a wgmma accumulator in your "
                 f"kernels (acc[...]) move no output: {how} with the value read doubled in "
-                "half its elements. A result scaled until it rounds away, or one that a "
-                "select or a maximum never picks, computes nothing the result needs: the "
+                "half its elements. A result scaled until it rounds away (or zero), or one "
+                "that a select or a maximum never picks, computes nothing the result needs: the "
                 "products are computed somewhere else. Let plgpu.wgmma compute them, and "
                 "use its accumulator."),
                 [("work", f"accumulator reads moving the output when perturbed: "
@@ -524,8 +524,8 @@ def _check_dots_move(measured: Measured) -> None:
     elif measured.any_dot_moves() is False:
         raise Diagnosed("work_unused", (
             f"your kernels run the matmul (jnp.dot), but its result moves no output: {how} "
-            "each time. A result scaled until it rounds away, or one that a select or a "
-            "maximum never picks, computes nothing the result needs: the products are "
+            "each time. A result scaled until it rounds away (or zero), or one that a select "
+            "or a maximum never picks, computes nothing the result needs: the products are "
             "computed somewhere else. Let the dot compute them, and use it."),
             [("work", f"dot flops executed: {measured.work:,} · none of them moves the "
                       "output when perturbed")])
@@ -1122,7 +1122,8 @@ def _check_work_moves(measured: Measured) -> None:
             f"{idle:,} of the {yours:,} dot flops your kernels execute do not move the "
             "output: the kit ran your kernels again with those dots' results doubled in "
             "half their elements, and every output came out the same. A result scaled "
-            "until it rounds away, or one that a select or a maximum never picks, "
+            "until it rounds away (or is zero: doubling 0 leaves 0), or one that a select "
+            "or a maximum never picks, "
             "computes nothing the result needs. Let the dots compute the products, and "
             "use them."),
             [("work", f"dot flops executed: {yours:,} · moving the output when "

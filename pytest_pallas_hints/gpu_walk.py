@@ -17,7 +17,10 @@ a value it does not know, it gives up: no verdict rather than a wrong one.
   unwaited  completions of a barrier, by plgpu.barrier_arrive, that no wait observes;
   wgmmas    per block of the grid, the wgmmas it issued (the work it did);
   outside   TMA copies whose GMEM window leaves its ref (or the .at[...] view it
-            copies from): a Hopper reads zeros there, or drops what it writes.
+            copies from): a Hopper reads zeros there, or drops what it writes;
+  ahead     the most copies into SMEM issued and not yet waited for at one moment:
+            each thread runs as far as its waits let it, so a producer that may fill
+            the next slot before the consumer has taken the last one shows 2 or more.
 
 Nothing here runs JAX: it reads a kernel's jaxpr.
 """
@@ -87,6 +90,9 @@ class GpuWalk:
     #                      b's dtype), "default") -> wgmmas of that shape, every block
     copies: dict = dataclasses.field(default_factory=dict)    # (kernel operand position,
     #                      "read" or "written") -> [bytes, TMA copies], every block
+    ahead: int = 0       # the most TMA copies into SMEM issued and not yet waited for
+    #                      at one moment, in any block: 2 or more where a copy is issued
+    #                      while the data of an earlier one still waits to be used
 
 
 @dataclasses.dataclass
@@ -223,11 +229,13 @@ class _Kernel:
         threads = self.call.threads if self.call.threads > 1 else 1
         thread_axis = axes.pop()[0] if threads > 1 and axes else None
         wgmmas, stuck, unwaited, fetched, dots, copies = {}, [], [], {}, {}, {}
+        ahead = 0
         roles = {number: Role() for number in range(threads)}
         for block in itertools.product(*(range(size) for _, size in axes)):
             where = {name: index for (name, _), index in zip(axes, block)}
             found = _Block(self, where, thread_axis, threads).run()
             wgmmas[block], fetched[block] = found.wgmmas, found.fetched
+            ahead = max(ahead, found.ahead)
             for key, times in found.dots.items():
                 dots[key] = dots.get(key, 0) + times
             for key, (nbytes, times) in found.copies.items():
@@ -245,7 +253,7 @@ class _Kernel:
             if found.unwaited and not unwaited:
                 unwaited = found.unwaited
         return GpuWalk(wgmmas, self.refills, stuck, unwaited, list(self.outside.values()),
-                       fetched, roles, dots, copies)
+                       fetched, roles, dots, copies, ahead)
 
 
 class _Block:
@@ -263,6 +271,9 @@ class _Block:
         self.roles = {number: Role() for number in range(threads)}
         self.stuck: list = []
         self.unwaited: list = []
+        self.copied_to: set = set()  # barrier keys TMA copies into SMEM complete
+        self.in_flight = 0           # copies into SMEM issued, not yet waited for
+        self.ahead = 0               # the most at one moment
 
     def completions(self, key) -> int:
         return self.arrivals.get(key, 0) // key[0].arrivals
@@ -366,8 +377,9 @@ class _Thread:
             elif name == "barrier_arrive":
                 layout = jaxcompat.gpu_refs(eqn)
                 if not layout.skipped(ins):
-                    self._arrive((layout.ref("barrier", ins), _leaves(layout, ins, "barrier")[0]),
-                                 eqn, by_thread=True)
+                    self._arrive(self._key(layout.ref("barrier", ins),
+                                           _leaves(layout, ins, "barrier")[0]), eqn,
+                                 by_thread=True)
             elif name == "barrier_wait":
                 layout = jaxcompat.gpu_refs(eqn)
                 key = self._key(layout.ref("barrier", ins), _leaves(layout, ins, "barrier")[0])
@@ -376,6 +388,8 @@ class _Thread:
                     yield Wait(lambda key=key, needs=needs: self.block.completions(key) >= needs,
                                (eqn, key, needs, tuple(self.iterations)))
                 self.waits[key] = needs
+                if key in self.block.copied_to:   # a copy's data, taken
+                    self.block.in_flight = max(self.block.in_flight - 1, 0)
             elif jaxcompat.parts(eqn) and name not in ("custom_vmap_call",):
                 raise _Unknown(f"{name}: a body this module does not run")
             if outs is None or len(outs) != len(eqn.outvars):
@@ -464,8 +478,12 @@ class _Thread:
                     self.block.kernel.seen_refills.add((id(wgmma), id(eqn)))
                     self.block.kernel.refills.append(Refill(wgmma, eqn, self.last_wait))
         if "barrier" in layout.names:
-            self._arrive((layout.ref("barrier", ins), _leaves(layout, ins, "barrier")[0]), eqn,
-                         by_thread=False)
+            key = self._key(layout.ref("barrier", ins), _leaves(layout, ins, "barrier")[0])
+            self._arrive(key, eqn, by_thread=False)
+            block = self.block
+            block.copied_to.add(key)
+            block.in_flight += 1
+            block.ahead = max(block.ahead, block.in_flight)
 
     def _copy_out(self, eqn, ins):
         layout = jaxcompat.gpu_refs(eqn)
@@ -497,8 +515,7 @@ class _Thread:
             raise _Unknown("a barrier whose index is not known")
         return (ref, tuple(leaves))
 
-    def _arrive(self, barrier, eqn, by_thread: bool):
-        key = self._key(*barrier)
+    def _arrive(self, key, eqn, by_thread: bool):
         self.block.arrivals[key] = self.block.arrivals.get(key, 0) + 1
         if by_thread:
             self.block.arrived_by[key] = eqn

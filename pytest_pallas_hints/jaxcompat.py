@@ -1061,17 +1061,19 @@ def perturbing(x, tags: dict, chosen):
     the result of every equation whose ``id`` is a key of ``tags`` (the dots) followed
     by its perturbation: where ``chosen()``, called by a host callback each time the
     equation runs, holds the equation's tag, its result is doubled in half its elements
-    (a checkerboard over its indices, the first element doubled), and a zero there
-    becomes 1; where not, the result is left as it is, bit for bit.
+    (a checkerboard over its indices, the first element doubled); where not, the result
+    is left as it is, bit for bit.
 
     What the kit asks of a dot is whether its result is used: run again with it
     perturbed, does the output move? The change is a factor, so a result scaled until
     it rounds away stays negligible, and a select or a maximum that never picks it
     still does not; a checkerboard, so no normalization (a softmax, a norm) divides it
-    out; a factor of 2, exact in every float and integer type. A result that is zero
-    (a product with a state that starts at zero) has nothing to scale: it is moved
-    by adding 1. The choice is read at run time so that one compiled program serves
-    the learner's run (no dot chosen) and every perturbed run after it."""
+    out; a factor of 2, exact in every float and integer type. A zero stays zero: a
+    dot whose every result on this input is zero (operands scaled until they underflow,
+    or a state that is still zero) computes nothing the output needs here, and is not
+    made to look as if it did by adding something. The choice is read at run time so
+    that one compiled program serves the learner's run (no dot chosen) and every
+    perturbed run after it."""
     _, _, _, var_type = jaxpr_types()
     if getattr(x, "jaxpr", x) is not x:   # a ClosedJaxpr (JAX >= 0.12: one type for both)
         return x.replace(jaxpr=perturbing(x.jaxpr, tags, chosen))
@@ -1116,7 +1118,7 @@ def _perturbation(before, after, tag: int, chosen) -> list:
         checker = jnp.int32(1)
         for d in range(len(shape)):
             checker = checker + lax.broadcasted_iota(jnp.int32, shape, d)
-        moved = t + (checker % 2).astype(dtype) * jnp.where(t == 0, jnp.ones_like(t), t)
+        moved = t + (checker % 2).astype(dtype) * t
         chosen_now = jax.pure_callback(on, jax.ShapeDtypeStruct((), jnp.int32))
         return jnp.where(chosen_now != 0, moved, t)   # t itself, bit for bit, if not
 

@@ -90,6 +90,29 @@ def check_roles(ran):
             "lax.axis_index(thread_name) so each runs its own part."), facts)
 
 
+def check_ring_overlaps(ran, tiles: int):
+    """A ring of slots lets the producer fill the next slot while the consumer still works
+    on the last: walked on the kernel's integers (``gpu_walk``, each warpgroup running as
+    far as its waits let it), some copy into SMEM is issued while the data of an earlier
+    one is still waiting to be taken. A producer that waits for the consumer to release
+    a tile before it copies the next one is a handshake: one tile at a time, whatever
+    the number of slots. ``tiles``: the copies a block makes (below 2 nothing can
+    overlap)."""
+    found = gpu_walk.walk(kernel_of(ran))
+    if found is None or tiles < 2 or found.ahead >= 2:
+        return
+    fail("ring_serial", (
+        "your producer never has a tile ahead: walked on the kernel's integers, with each "
+        "warpgroup running as far as its barrier waits let it, no copy into a slot is "
+        "issued while the consumer has yet to take the tile before it. The producer waits "
+        "for each tile to be released before it copies the next, so copy and compute take "
+        "turns, and the second slot (if used) changes nothing. In a ring, tile i goes "
+        "into slot i % 2, and the producer waits only for the release of the tile that "
+        "last used that slot, two tiles back (none for the first two)."),
+        [("ahead", f"most copies into SMEM waiting to be taken at once: {found.ahead} "
+                   "(a ring: 2)")])
+
+
 def check_smem_used(ran, what):
     """The data passes through the kernel's own SMEM: a store into one of its SMEM
     buffers and a load from it."""

@@ -748,3 +748,11 @@ def check_state_reset_once(ran):
                                 f"shape {eqn.invars[0].aval.shape} at every grid step")]
                     + [("at", line) for line in _chapter_line(eqn)])
             used.update(refs)
+
+
+def every_product_moves(T: int, chunk: int) -> bool:
+    """Whether every product a chunked kernel computes can move its output on a sequence
+    of T tokens (``check_work``'s ``moving``): with a single chunk the state that q and k
+    multiply is still zero when it is read (its products are zeros, whatever the
+    kernel), and with T = 1, k kᵀ below the diagonal reaches padding rows only."""
+    return -(-T // chunk) > 1
