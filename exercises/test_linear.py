@@ -120,6 +120,7 @@ def test_intra(B, N, T, H, Hv, chunk, dtype, rng):
     if tpu_sized():
         return
     check_work(ran, flops=lesson.intra_flops(B, N, T, H, Hv, chunk))
+    lesson.check_products_in_input_dtype(ran, dtype, most_wide=0)
     lowers_for_tpu(ran)
 
 
@@ -150,6 +151,8 @@ def test_chunked(B, N, T, H, Hv, chunk, dtype, offset, rng):
         return
     check_work(ran, flops=lesson.chunk_flops(B, N, T, H, Hv, chunk),
                likely={"quadratic": lesson.quadratic_flops(B, N, T, H, Hv, chunk)})
+    lesson.check_products_in_input_dtype(ran, dtype, most_wide=lesson.state_flops(
+        B, N, T, H, Hv, chunk))
     lesson.check_moves_once(ran, q, k, v, out_bytes=expected.nbytes)
     check_vmem(ran, most=lesson.chunked_vmem(chunk, H, Hv, q.itemsize),
                why="one chunk of q, k, v and o (two buffers each) and one [H, Hv] float32 "
@@ -221,6 +224,8 @@ def test_gating(B, N, T, H, Hv, chunk, strength, dtype, offset, rng):
     if tpu_sized():
         return
     check_work(ran, flops=lesson.chunk_flops(B, N, T, H, Hv, chunk))
+    lesson.check_products_in_input_dtype(ran, dtype, most_wide=lesson.state_flops(
+        B, N, T, H, Hv, chunk))
     lowers_for_tpu(ran)
 
 
@@ -296,7 +301,10 @@ def test_delta_rule(B, N, T, H, Hv, chunk, edges, dtype, rng):
     if tpu_sized():
         return
     check_work(ran, flops=lesson.flops_of(ran, functools.partial(
-        lesson.chunk_flops, B, N, T, H, Hv, chunk, delta=True)), moving=lesson.every_product_moves(T, chunk))
+        lesson.chunk_flops, B, N, T, H, Hv, chunk, delta=True)),
+        moving=lesson.every_product_moves(T, chunk))
+    lesson.check_products_in_input_dtype(ran, dtype, most_wide=lesson.state_flops(
+        B, N, T, H, Hv, chunk, delta=True))
     lowers_for_tpu(ran)
 
 
@@ -334,7 +342,10 @@ def test_gated_delta(B, N, T, H, Hv, chunk, strength, edges, dtype, rng):
     if tpu_sized():
         return
     check_work(ran, flops=lesson.flops_of(ran, functools.partial(
-        lesson.chunk_flops, B, N, T, H, Hv, chunk, delta=True)), moving=lesson.every_product_moves(T, chunk))
+        lesson.chunk_flops, B, N, T, H, Hv, chunk, delta=True)),
+        moving=lesson.every_product_moves(T, chunk))
+    lesson.check_products_in_input_dtype(ran, dtype, most_wide=lesson.state_flops(
+        B, N, T, H, Hv, chunk, delta=True))
     lowers_for_tpu(ran)
 
 
@@ -389,9 +400,12 @@ def test_api(B, N, T, H, Hv, chunk, dtype, names, rng):
         return
     # A chunk longer than the sequence shrinks to it, rounded up to 8 rows.
     lesson.check_chunk_rounded(ran, T=T, chunk=chunk)
-    # One token: the keys' product (k k^T below the diagonal) reaches padding rows only.
+    # One chunk: the state q multiplies is still zero when read (every_product_moves).
     check_work(ran, flops=lesson.flops_of(ran, functools.partial(
-        lesson.api_flops, B, N, T, H, Hv, chunk, names)), moving=lesson.every_product_moves(T, chunk))
+        lesson.api_flops, B, N, T, H, Hv, chunk, names)),
+        moving=lesson.every_product_moves(T, chunk))
+    lesson.check_products_in_input_dtype(ran, dtype, most_wide=lesson.api_state_flops(
+        B, N, T, H, Hv, chunk, names))
     lowers_for_tpu(ran)
 
 

@@ -436,6 +436,45 @@ def chunk_flops(B, N, T, H, Hv, chunk, *, delta=False, solved_rows=None):
     return B * N * (T // C) * per_chunk
 
 
+def state_flops(B, N, T, H, Hv, chunk, *, delta=False):
+    """Of ``chunk_flops``, the dots that may multiply float32 operands whatever the
+    inputs' dtype: those that read the state (q S; the delta rule's k S) and the delta
+    rule's forward substitution, a solve whose rounding would compound row by row. The
+    products of two input blocks take the inputs' dtype."""
+    C = chunk
+    per_chunk = 2 * C * H * Hv + (2 * C * H * Hv + 2 * C * C * Hv if delta else 0)
+    return B * N * (T // C) * per_chunk
+
+
+def api_state_flops(B, N, T, H, Hv, chunk, names):
+    """``state_flops`` of the public functions ``names`` (as ``api_flops``)."""
+    C = api_chunk(T, chunk)
+    padded = -(-T // C) * C
+    return sum(state_flops(B, N, padded, H, Hv, C, delta="delta" in name) for name in names)
+
+
+def check_products_in_input_dtype(ran, dtype, *, most_wide):
+    """Where the inputs are bfloat16, the dots multiply bfloat16 blocks, except
+    ``most_wide`` flops (``state_flops``): the MXU takes bf16 at full rate and sums in
+    float32 when asked; float32 operands (blocks cast up) take it several passes. Read
+    from the dots the kernels executed, by their operands' dtype."""
+    if np.dtype(dtype) != np.dtype("bfloat16"):
+        return
+    wide = sum(flops for counts in ran.counts for kind, flops in counts.dot_flops.items()
+               if kind != "bfloat16")
+    if wide > most_wide:
+        fail("dot_dtype", (
+            f"your dots multiply {wide - most_wide:,} flops' worth of float32 operands that "
+            "should be bfloat16: the products of two input blocks (q kᵀ, the masked "
+            "scores @ v, Kᵀ V) take the inputs' dtype and give float32 sums "
+            "(preferred_element_type=jnp.float32), the scores rounded to v's dtype before "
+            "they meet v. Only the products that read the float32 state (q S, and the "
+            "delta rule's k S and its substitution) stay float32. Cast up first and the "
+            "sums are as right, but each product takes the MXU several passes."),
+            [("dots", f"dot flops with float32 operands: {wide:,} · the state's products: "
+                      f"{most_wide:,}")])
+
+
 def quadratic_flops(B, N, T, H, Hv, chunk):
     """Causal attention over every earlier key, chunk by chunk: the O(T^2) way."""
     chunks = T // chunk
