@@ -629,6 +629,34 @@ def test_a_perturbable_run_gives_the_programs_output_bit_for_bit():
     assert np.array_equal(np.asarray(perturbed(set())), np.asarray(output))
 
 
+def test_the_dots_of_one_call_are_perturbed_together_and_two_calls_apart():
+    """A Python loop traces one call once per iteration: those dots are perturbed in one
+    run (what is judged is the dot the learner wrote). Two calls on one line are two
+    dots: a decoy beside the real product on its line is still found."""
+    from pytest_pallas_hints import program as programs
+
+    def kernel(a_ref, b_ref, o_ref):
+        total = jnp.zeros(o_ref.shape, jnp.float32)
+        for _ in range(3):
+            total += jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32) + 2.0 ** -60 * jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)  # noqa: E501
+        o_ref[...] = total
+
+    def call(a, b):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32))(a, b)
+
+    a = np.random.default_rng(0).normal(size=(8, 128)).astype(np.float32)
+    b = np.random.default_rng(1).normal(size=(128, 128)).astype(np.float32)
+    traced = programs.trace(call, (a, b), {})
+    output, _, perturbed = programs.execute_perturbable(traced, (a, b))
+    dots = perturbed.dots
+    assert len(dots) == 6
+    groups = {perturbed.together[dot] for dot in dots}
+    assert sorted(len(group) for group in groups) == [3, 3]
+    real, decoy = sorted(groups, key=lambda group: min(dots.index(d) for d in group))
+    assert checking._moved(output, perturbed(real))
+    assert not checking._moved(output, perturbed(decoy))
+
+
 def test_work_copied_out_by_a_dma_reaches_the_output():
     def kernel(a_ref, b_ref, o_hbm, buffer, sem):
         buffer[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
