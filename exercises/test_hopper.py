@@ -304,6 +304,8 @@ def test_attention(B, N, K, T, S, H, causal, block_q, block_kv, dtype, rising, r
     check_copies_in_bounds(ran)
     likely = {"unscaled": lambda: attention_f64(q * math.sqrt(H), k, v, causal).astype(dtype),
               "not_causal": lambda: attention_f64(q, k, v, not causal).astype(dtype),
+              "not_normalised": lambda: attention_f64(q, k, v, causal,
+                                                      normalised=False).astype(dtype),
               "acc_not_rescaled": lambda: attention_not_rescaled(q, k, v, causal, block_kv)
               .astype(dtype)}
     if K not in (1, N):

@@ -412,6 +412,9 @@ CONV = Structure(inside={"dot_general"}, outside={"pad"})
                  id="B=2 H=9 W=7 C=4 F=8 3x3 block_h=4 (odd sizes, a partial tile)"),
     pytest.param(1, 16, 8, 8, 16, 5, 1, 4, "float32",
                  id="B=1 H=16 W=8 C=8 F=16 5x1 block_h=4 (a filter one column wide)"),
+    pytest.param(1, 8, 6, 4, 8, 2, 4, 4, "float32",
+                 id="B=1 H=8 W=6 C=4 F=8 2x4 block_h=4 (even filter sides: more padding "
+                    "after than before)"),
     pytest.param(1, 8, 8, 16, 16, 3, 3, 8, "bfloat16",
                  id="B=1 H=W=8 C=F=16 3x3 block_h=8 bf16 (one tile, exact)"),
     pytest.param(8, 56, 56, 128, 128, 3, 3, 8, "bfloat16",
@@ -443,6 +446,8 @@ def test_halo(B, H, W, C, F, KH, KW, block_h, dtype, rng):
           axes="B H W F", tolerance=EXACT if dtype == "bfloat16" else 1e-4, likely={
               "kernel_flipped": lambda: conv(x, w, flip=True).astype(out),
               "padded_after_only": lambda: conv(x, w, before=(0, 0)).astype(out),
+              **({"more_padding_before": lambda: conv(x, w, before=(KH // 2, KW // 2))
+                  .astype(out)} if KH % 2 == 0 or KW % 2 == 0 else {}),
               "window_by_blocks": window_by_blocks,
               "image_0_only": image_0_only})
     if tpu_sized():

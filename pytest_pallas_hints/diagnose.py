@@ -157,8 +157,17 @@ def compare(yours: np.ndarray, expected: np.ndarray, *, name: str = "output", bl
             f"{width} wide that starts at it: does the mask compare rows and columns the "
             "right way, from the right place (where its diagonal starts, a bound on the "
             "other side)?")))
+    integers = np.issubdtype(np.asarray(yours).dtype, np.integer) \
+        and np.issubdtype(np.asarray(expected).dtype, np.integer)
+    if integers and not side and bad.any() and np.abs(y - e).max() <= 1:
+        findings.append(Finding("off_by_one", (
+            f"your {name}'s integers are off by exactly 1 where they differ, in "
+            f"{int(bad.sum())} of {bad.size} values: a rounding that differs from the "
+            "expected one? jnp.round rounds to nearest (halves to even); jnp.floor, "
+            "jnp.trunc and a cast to an integer dtype (toward zero) do not. Or a bound "
+            "(a clip, a range) one off?")))
     rounding = _rounding(y, e, bad, nan, grid, tolerance) \
-        if not side and narrow is not False else None
+        if not side and narrow is not False and not integers else None
     if rounding is not None:
         findings.append(rounding)
     later = grid.later_only(grid.wrong(bad)) if grid is not None and not side else None
@@ -1115,7 +1124,10 @@ _ERRORS = [
      "such as 4 is an int32): cast the value to the count's dtype first, "
      "v.astype(jnp.{2}), or give the count the value's dtype."),
     (r"Invalid dtype for `swap`\. Ref dtype: (\w+)\. Value dtype: (\w+)", "store_dtype",
-     "you stored a {1} value into a {0} ref: cast it first, value.astype(o_ref.dtype)."),
+     "you stored a {1} value into a {0} ref (the line above). Which ref is it? An "
+     "output: compute in {1} and cast once, as you store, value.astype(o_ref.dtype). A "
+     "scratch that carries a sum or a state from step to step: declare it {1} (a {0} "
+     "scratch rounds every update), and cast only the final store."),
     (r"Out-of-bounds block index (\([^)]*\)) for (?:input|output) \"(\w+)\" in iteration "
      r"(\([^)]*\))(.*)", "out_of_bounds", _out_of_bounds),
     (r"The kernel function in the pallas_call (\w+) .*?should return None", "kernel_returns",

@@ -271,9 +271,10 @@ def check_barriers_waited(ran):
 
 # --- 7. attention: the model, known wrong answers, the heads and KV blocks visited ---
 
-def attention_f64(q, k, v, causal):
+def attention_f64(q, k, v, causal, *, normalised=True):
     """Softmax attention in float64: q [B, N, T, H], k and v [B, K, S, H] shared by
-    N // K query heads each; causal: query t sees keys 0..t."""
+    N // K query heads each; causal: query t sees keys 0..t. ``normalised=False``: the
+    online softmax's acc never divided by l (each row's weights sum to l, not 1)."""
     q, k, v = f64(q, k, v)
     N, K = q.shape[1], k.shape[1]
     k, v = np.repeat(k, N // K, axis=1), np.repeat(v, N // K, axis=1)
@@ -281,7 +282,9 @@ def attention_f64(q, k, v, causal):
     if causal:
         s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
     p = np.exp(s - s.max(-1, keepdims=True))
-    return np.einsum("bnts,bnsh->bnth", p / p.sum(-1, keepdims=True), v)
+    if normalised:
+        p = p / p.sum(-1, keepdims=True)
+    return np.einsum("bnts,bnsh->bnth", p, v)
 
 
 def attention_f64_heads(q, k, v, causal, kv_head):

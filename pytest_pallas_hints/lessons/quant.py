@@ -45,13 +45,22 @@ def check_int32_zeroed(sums, truth):
     if sums.shape != truth.shape or np.abs(truth).max() >= 2 ** 29:
         return
     near = np.abs(sums) > 2 ** 30
+    if (sums == 2 ** 31 - 1).all():
+        fail("int_fill", (
+            "every value is 2147483647, what interpret mode fills a fresh int32 buffer with "
+            "(integers have no NaN): no sum reached the output, which holds what it held "
+            "before the kernel ran. Does the store run? It sits under a pl.when that holds "
+            "at the last k step, k == pl.num_programs(2) - 1, with k = pl.program_id(2): "
+            "the K axis is axis 2 (0 and 1 are the tiles of M and N)."),
+            [("sums", f"all {sums.size} equal 2147483647, the exact ones at most "
+                      f"{int(np.abs(truth).max()):,}")])
     if near.mean() > 0.5:
         fail("scratch_not_zeroed", (
             "your sums sit near +-2147483647: interpret mode fills a fresh int32 buffer with "
-            "2147483647, the largest int32 (integers have no NaN), and the int32 scratch was "
-            "never zeroed, so every sum started there and wrapped around. Zero it at the "
-            "first k step of every tile: @pl.when(k == 0), acc_ref[...] = "
-            "jnp.zeros_like(acc_ref)."),
+            "2147483647, the largest int32 (integers have no NaN), so most sums started "
+            "there and wrapped around. Is the int32 scratch zeroed at the first k step of "
+            "every tile, @pl.when(k == 0) with k = pl.program_id(2) (the K axis), "
+            "acc_ref[...] = jnp.zeros_like(acc_ref), before the first +=?"),
             [("sums", f"{int(near.sum())} of {near.size} beyond 2^30 in magnitude, the exact "
                       f"ones at most {int(np.abs(truth).max()):,}")])
 
