@@ -168,6 +168,8 @@ def test_wgmma(M, K, N, dtype, rng):
     check_loads_by_tma(ran, "a and b copied into SMEM tiles, where the wgmma reads them")
     fa, fb = f64(a, b)
     likely = {"a_transposed": lambda: (fa.T @ fb).astype(dtype)} if M == K else {}
+    if M == K == N:
+        likely["operands_swapped"] = lambda: (fb @ fa).astype(dtype)
     check(ran, (fa @ fb).astype(dtype), likely=likely)
 
 
@@ -303,6 +305,8 @@ def test_attention(B, N, K, T, S, H, causal, block_q, block_kv, dtype, rising, r
     check_kv_heads_read(ran, q, k, v, causal)
     check_copies_in_bounds(ran)
     likely = {"unscaled": lambda: attention_f64(q * math.sqrt(H), k, v, causal).astype(dtype),
+              "scaled_by_1_over_H": lambda: attention_f64(q / math.sqrt(H), k, v,
+                                                          causal).astype(dtype),
               "not_causal": lambda: attention_f64(q, k, v, not causal).astype(dtype),
               "not_normalised": lambda: attention_f64(q, k, v, causal,
                                                       normalised=False).astype(dtype),
