@@ -391,6 +391,10 @@ def int4_mistakes(x, u, packed, group_scales, zeros, group_size):
         "nibbles_swapped": with_weights(u=swapped),
         "zero_point_forgotten": with_weights(z=0 * zeros),
         "zero_point_after_scale": with_weights(after_scale=True),
+        "zero_point_added": with_weights(z=-zeros),
+        **({"first_group_only": lambda: (   # stored at the first group step: group 0 alone
+            x64[:, :group_size] @ dequantized(u, group_scales, zeros, group_size)[:group_size]
+        ).astype(out)} if groups > 1 else {}),
         "high_nibble_signed": with_weights(u=signed_high),
         "high_nibble_unmasked": as_the_kernel_computes(unmasked),
         "halves_not_interleaved": with_weights(u=halves),
