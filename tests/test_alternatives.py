@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import unverifiable_puzzles
+from tests.conftest import fixed_seed, unverifiable_puzzles
 from tests.test_chapters import assert_cannot_be_verified, flat, unverifiable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +44,8 @@ def test_every_known_alternative_gets_full_marks(kit, alternative):
     chapter = puzzles[0].split(".")[0]
     kit.write(f"exercises/{chapter}.py", as_exercise_file(chapter, alternative))
     names = " or ".join(p.split(".")[1] for p in puzzles)
-    result = kit.run(f"exercises/test_{chapter}.py", "-k", names)
+    result = kit.run(f"exercises/test_{chapter}.py", "-k", names,
+                     "--seed", fixed_seed(alternative))
     if unverifiable(chapter) or any(p in unverifiable_puzzles() for p in puzzles):
         return assert_cannot_be_verified(result, chapter)
     out = result.stdout.str()

@@ -82,10 +82,11 @@ def test_targeted_words_and_a_known_mistake_that_uses_them(puzzle_id):
     assert puzzle.say, f"{puzzle_id} has no targeted diagnosis ([puzzle.say])"
     expectations = []
     for path in sorted((ROOT / "tests" / "mistakes" / puzzle.chapter).glob("*.py")):
-        fields = {n.targets[0].id: n.value.value for n in ast.parse(path.read_text()).body
-                  if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)}
+        fields = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse(path.read_text()).body
+                  if isinstance(n, ast.Assign) and n.targets[0].id in ("PUZZLE", "EXPECT")}
         if fields.get("PUZZLE") == puzzle_id:
-            expectations.append(fields["EXPECT"])
+            expect = fields["EXPECT"]
+            expectations += [expect] if isinstance(expect, str) else expect
     assert expectations, f"{puzzle_id} has no known mistake in tests/mistakes/{puzzle.chapter}/"
     words = " ".join(puzzle.say.values())
     assert any(expect in words for expect in expectations), \
