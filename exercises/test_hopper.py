@@ -30,8 +30,8 @@ from pytest_pallas_hints.lessons.hopper import (
     attention_f64, attention_f64_heads, attention_not_rescaled, check_barriers_waited,
     check_by_tma_only, check_copies_in_bounds, check_k_steps, check_kv_blocks_fetched,
     check_kv_blocks_visited, check_kv_heads_read, check_loads_by_tma, check_pipeline,
-    check_ring_overlaps, check_roles, check_smem_tile, check_smem_used, check_wgmma_transforms,
-    check_wgmmas)
+    check_products_on_tensor_cores, check_ring_overlaps, check_roles, check_smem_tile,
+    check_smem_used, check_wgmma_transforms, check_wgmmas)
 
 hopper = chapter("hopper")
 
@@ -166,6 +166,7 @@ def test_wgmma(M, K, N, dtype, rng):
     ran = measure(hopper.matmul_tile, a, b, structure=GPU.where(
         inside={"wgmma_ref", "copy_gmem_to_smem", "barrier_wait", "copy_smem_to_gmem"}))
     check_loads_by_tma(ran, "a and b copied into SMEM tiles, where the wgmma reads them")
+    check_products_on_tensor_cores(ran)
     fa, fb = f64(a, b)
     likely = {"a_transposed": lambda: (fa.T @ fb).astype(dtype)} if M == K else {}
     if M == K == N:
@@ -207,6 +208,7 @@ def test_matmul(M, K, N, tiles, max_concurrent_steps, dtype, rng):
     check_copies_in_bounds(ran)
     check_loads_by_tma(ran, "a's and b's tiles through the pipeline's SMEM slots")
     check_k_steps(ran, K=K, tile_k=tile_k)
+    check_products_on_tensor_cores(ran)
     check_pipeline(ran, slots=min(max_concurrent_steps, K // tile_k), buffers=2,
                    what="a's (tile_m, tile_k) tiles and b's (tile_k, tile_n) tiles")
     fa, fb = f64(a, b)
@@ -298,6 +300,7 @@ def test_attention(B, N, K, T, S, H, causal, block_q, block_kv, dtype, rising, r
     check_wgmmas(ran, at_least=2, why=(
         "both products run on the tensor core, q @ k.T for the scores and p @ v for the "
         "output (p stored to an SMEM tile first)."))
+    check_products_on_tensor_cores(ran)
     check_kv_blocks_visited(ran, T=T, S=S, block_q=block_q, block_kv=block_kv,
                             causal=causal)
     check_loads_by_tma(ran, "q, k and v tiles copied into SMEM, where the wgmmas read them")

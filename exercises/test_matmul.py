@@ -16,8 +16,9 @@ tolerance.
 import numpy as np
 import pytest
 
-from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_traffic, check_work,
-                                 lowers_for_tpu, measure, tpu_sized)
+from pytest_pallas_hints import (Structure, cdiv, chapter, check, check_products_on_the_mxu,
+                                 check_traffic, check_work, lowers_for_tpu, measure,
+                                 tpu_sized)
 from pytest_pallas_hints.lessons.matmul import (check_bf16_on_the_mxu, check_blocks_given,
                                                 check_bytes_modelled, epilogue_bytes,
                                                 implied_bytes, judge_blocks, k_blocks,
@@ -144,6 +145,7 @@ def test_mixed_precision(M, K, N, dtype, high, asked, rng):
                   "bf16_partials": lambda: summed_in_bf16_partials(a, b, bk),
                   "k_tail_dropped": lambda: dot(a[:, :whole], b[:whole])})
     check_bf16_on_the_mxu(ran, a)
+    check_products_on_the_mxu(ran, flops=2 * M * K * N)
     lowers_for_tpu(ran)
 
 

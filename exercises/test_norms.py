@@ -329,6 +329,8 @@ def test_rms_backward(R, D, block_rows, dtype, rng):
         "normalised rows x * (1 / rms) (or y) are as large as x: written by the forward "
         "and read back by the backward, two more trips over the whole array, for a "
         "product the backward recomputes for free."))
+    lesson.check_saved_rows_used(norms.rms_norm, (x, scale), dy, rows=R, eps=1e-6,
+                                 block_rows=block_rows)
     if tpu_sized():
         return
     moved = lesson.rms_norm_bytes(x, scale)
@@ -397,6 +399,8 @@ def test_layer_norm(R, D, block_rows, dtype, offset, rng):
         "1 / std. Anything else as large as x (the normalised rows, y) is written by the "
         "forward and read back by the backward: two more trips over the whole array, for "
         "values the backward recomputes for free."))
+    lesson.check_saved_rows_used(norms.layer_norm, (x, scale, bias), dy, rows=R, eps=1e-5,
+                                 block_rows=block_rows)
     if tpu_sized():
         return
     moved = lesson.layer_norm_bytes(x, scale)

@@ -19,6 +19,7 @@ _EXPORTS = {
     "check_rejects": "checking",
     "check_structure": "checking",
     "check_overlap": "checking",
+    "check_products_on_the_mxu": "checking",
     "check_traffic": "checking",
     "check_vmem": "checking",
     "check_work": "checking",

@@ -151,6 +151,13 @@ class Measured:
         return sum(counts.flops for counts in self.counts)
 
     @functools.cached_property
+    def outer_products(self) -> int:
+        """Elements of the float multiplies the kernels executed that are outer products
+        (``products``): a matmul written elementwise, one multiply per term."""
+        self._countable()
+        return sum(counts.outer for counts in self.counts)
+
+    @functools.cached_property
     def reaching_work(self) -> int:
         """Flops of the executed dots whose results reach an output (``walk.Uses``): not
         multiplied by a known zero, dropped by a select, overwritten or never stored."""
@@ -219,6 +226,17 @@ class Measured:
                 except Exception:
                     cache[group] = None
         return cache[group]
+
+    def moves_when_perturbed(self, eqns) -> bool | None:
+        """Whether the output moves when the results of these kernel equations (ids) are
+        perturbed (``program.run_perturbed``, then ``_moved``); None where that run
+        failed, which tells nothing."""
+        with kit_step("perturbing values"):
+            try:
+                return _moved(self.output, program.run_perturbed(self.program, self.args,
+                                                                 frozenset(eqns)))
+            except Exception:
+                return None
 
     @functools.cached_property
     def traffic(self):
@@ -1079,6 +1097,7 @@ def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | No
         if yours == amount and yours != flops:
             raise Diagnosed(name, f"your kernels do the work of a known wrong answer "
                                   f"({name.replace('_', ' ')}).", facts)
+    check_products_on_the_mxu(measured, flops)
     if used == yours and yours == flops and moving:
         _check_work_moves(measured)
     if used < yours:
@@ -1100,6 +1119,28 @@ def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | No
     raise Diagnosed("work_low", (
         "your kernels compute less than the result needs: some blocks are skipped that "
         "hold visible values, or a dot is missing."), facts)
+
+
+OUTER_SHARE = 0.05   # of the needed dot flops: a mask or a decay built as an outer
+#                      product is a few percent at the kit's smallest head size
+
+
+def check_products_on_the_mxu(measured: Measured, flops: int) -> None:
+    """Part of ``check_work``, and alone where a puzzle counts no flops: ``flops``, the
+    work the result needs. The products are the dots': multiplies that are a matmul written elementwise
+    (``products``: outer products, or a vector times a matrix summed on the VPU) stay
+    under ``OUTER_SHARE`` of the work, whatever share of the result the dots make."""
+    elements = measured.outer_products
+    if flops and 2 * elements > OUTER_SHARE * flops:
+        raise Diagnosed("vpu_products", (
+            f"your kernels multiply {elements:,} pairs elementwise in a pattern that is a "
+            "matrix product: an outer product (a[:, :, None] * b[None, :, :], or a column "
+            "times a row summed in a loop) or a vector times a matrix summed with jnp.sum. "
+            "That is the MXU's work done one multiply at a time on the vector units; a dot "
+            "mixed in beside it does not change who did the work. Write each product as "
+            "one jnp.dot (or lax.dot_general) of the blocks."),
+            [("work", f"dot flops executed: {measured.work:,} · needed {flops:,} · "
+                      f"elementwise products shaped like a matmul: {2 * elements:,} flops")])
 
 
 def _check_work_moves(measured: Measured) -> None:
@@ -1146,18 +1187,22 @@ def check_vmem(measured: Measured, *, most: int, why: str) -> None:
                               ("largest", found.largest())])
 
 
-def check_overlap(measured: Measured, *, work: str, at_least: int, why: str) -> None:
+def check_overlap(measured: Measured, *, work: str, at_least: int, why: str,
+                  remote: bool = False) -> None:
     """Passes if the kernels ran ``work`` (a primitive: "reduce_sum", "dot_general") at
     least ``at_least`` times while a DMA whose data is used was in flight (``walk.Counts.
     carrying``): overlap is compute done while the data a later step needs moves, not
-    copies started together, nor a copy nobody reads started around the compute."""
-    overlapped = sum(counts.carrying(work) for counts in measured.counts)
+    copies started together, nor a copy nobody reads started around the compute.
+    ``remote``: a copy between devices (a dot only), where the lesson hides the
+    interconnect's time: a local staging copy moves nothing across chips."""
+    overlapped = sum(counts.carrying(work, remote) for counts in measured.counts)
     executed = sum(counts.executed.get(work, 0) for counts in measured.counts)
     if overlapped < at_least:
         what = WORDS.get(work, work)
         raise Diagnosed("not_overlapped", (
             f"your kernel computes while no copy is in flight: {what} ran {overlapped} of "
-            f"{executed} times with a DMA under way whose data the kernel then uses, where "
+            f"{executed} times with a {'copy between devices' if remote else 'DMA'} under "
+            "way whose data the kernel then uses, where "
             f"the puzzle's schedule overlaps {at_least}. {why}"),
             [("overlap", f"{work} during a copy whose data is used: yours {overlapped} of "
                          f"{executed} · the puzzle's schedule {at_least}")])

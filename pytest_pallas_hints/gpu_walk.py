@@ -31,7 +31,7 @@ import itertools
 import math
 import operator
 
-from . import jaxcompat
+from . import jaxcompat, products
 from .turns import Wait, take_turns
 
 BUDGET = 300_000   # equations evaluated per kernel before giving up
@@ -93,6 +93,8 @@ class GpuWalk:
     ahead: int = 0       # the most TMA copies into SMEM issued and not yet waited for
     #                      at one moment, in any block: 2 or more where a copy is issued
     #                      while the data of an earlier one still waits to be used
+    outer: int = 0       # elements of multiplies that are a matmul written elementwise
+    #                      (``products``), every block
 
 
 @dataclasses.dataclass
@@ -229,13 +231,13 @@ class _Kernel:
         threads = self.call.threads if self.call.threads > 1 else 1
         thread_axis = axes.pop()[0] if threads > 1 and axes else None
         wgmmas, stuck, unwaited, fetched, dots, copies = {}, [], [], {}, {}, {}
-        ahead = 0
+        ahead = outer = 0
         roles = {number: Role() for number in range(threads)}
         for block in itertools.product(*(range(size) for _, size in axes)):
             where = {name: index for (name, _), index in zip(axes, block)}
             found = _Block(self, where, thread_axis, threads).run()
             wgmmas[block], fetched[block] = found.wgmmas, found.fetched
-            ahead = max(ahead, found.ahead)
+            ahead, outer = max(ahead, found.ahead), outer + found.outer
             for key, times in found.dots.items():
                 dots[key] = dots.get(key, 0) + times
             for key, (nbytes, times) in found.copies.items():
@@ -253,7 +255,7 @@ class _Kernel:
             if found.unwaited and not unwaited:
                 unwaited = found.unwaited
         return GpuWalk(wgmmas, self.refills, stuck, unwaited, list(self.outside.values()),
-                       fetched, roles, dots, copies, ahead)
+                       fetched, roles, dots, copies, ahead, outer)
 
 
 class _Block:
@@ -274,6 +276,7 @@ class _Block:
         self.copied_to: set = set()  # barrier keys TMA copies into SMEM complete
         self.in_flight = 0           # copies into SMEM issued, not yet waited for
         self.ahead = 0               # the most at one moment
+        self.outer = 0               # as GpuWalk.outer, this block's
 
     def completions(self, key) -> int:
         return self.arrivals.get(key, 0) // key[0].arrivals
@@ -332,7 +335,10 @@ class _Thread:
 
     def _run(self, jaxpr, env):
         kernel = self.block.kernel
+        outer = products.outer_muls(jaxpr)
         for eqn in jaxpr.eqns:
+            if outer and id(eqn) in outer:
+                self.block.outer += math.prod(eqn.outvars[0].aval.shape)
             kernel.spent += 1
             if kernel.spent > BUDGET:
                 raise _Unknown("too many steps")

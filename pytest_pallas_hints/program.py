@@ -445,6 +445,21 @@ def execute_perturbable(program: Program, args: tuple):
             _executed(program, captured), perturbed)
 
 
+def run_perturbed(program: Program, args: tuple, chosen) -> object:
+    """The program's output with the results of the kernel equations in ``chosen`` (ids:
+    any equation with one result, a load for instance) perturbed as
+    ``jaxcompat.perturbing`` says; compiled for this one run."""
+    import jax
+
+    tags = {eqn: n for n, eqn in enumerate(chosen)}
+    every = frozenset(tags.values())
+    flat = jax.tree_util.tree_leaves(args)
+    runner = _runner(program, lambda eqn: jaxcompat.multiplying_as_on_chip(
+        jaxcompat.perturbed(eqn, tags, lambda: every)))
+    outs, _ = jax.block_until_ready(runner(*flat))
+    return jax.tree_util.tree_unflatten(program.out_tree, outs)
+
+
 def _by_call_site(made: dict) -> dict:
     """dot id -> the ids of the dots one call in the learner's code made (``made``: id ->
     ``jaxcompat.call_site``), itself alone where the call is not known."""

@@ -33,7 +33,7 @@ import types
 
 from .frozen import np
 
-from . import jaxcompat
+from . import jaxcompat, products
 from .turns import Wait, finished, take_turns
 
 
@@ -67,6 +67,8 @@ class Uses:
     device: list = dataclasses.field(default_factory=list)    # per run: the device it ran on
     in_flight: list = dataclasses.field(default_factory=list)  # per run: the refs the
     #                                                           copies in flight land in
+    remote: list = dataclasses.field(default_factory=list)    # per run: those of the
+    #                                                           copies between devices
     reached: set = dataclasses.field(default_factory=set)     # marks that reached an output
     stored: dict = dataclasses.field(default_factory=dict)    # ref mark -> runs stored in it
     marks: dict = dataclasses.field(default_factory=dict)     # device -> jaxpr variable ->
@@ -79,11 +81,13 @@ class Uses:
     constant: set = dataclasses.field(default_factory=set)    # runs with an operand loaded
     #   from no ref (built in the kernel: an identity from iota): they multiply no data
 
-    def run(self, flops: int, device: int | None, in_flight: bool, eqn=None) -> int:
+    def run(self, flops: int, device: int | None, in_flight: tuple, eqn=None,
+            remote: tuple = ()) -> int:
         self.eqns.append(id(eqn))
         self.flops.append(flops)
         self.device.append(device)
         self.in_flight.append(in_flight)
+        self.remote.append(remote)
         return len(self.flops) - 1
 
     def mark_of(self, ref) -> int:
@@ -137,11 +141,13 @@ class Uses:
                 found[self.eqns[r]] = found.get(self.eqns[r], 0) + self.flops[r]
         return found
 
-    def used_runs(self, device: int | None = None, overlapped: bool = False) -> int:
+    def used_runs(self, device: int | None = None, overlapped: bool = False,
+                  remote: bool = False) -> int:
         """The runs of ``device`` whose results are used; ``overlapped``: those run while
-        a copy whose data is used was in flight."""
+        a copy whose data is used was in flight (``remote``: a copy between devices)."""
+        flying = self.remote if remote else self.in_flight
         return sum(1 for r in self.used() if self.device[r] == device
-                   and (not overlapped or any(map(self.live, self.in_flight[r]))))
+                   and (not overlapped or any(map(self.live, flying[r]))))
 
 
 @dataclasses.dataclass
@@ -168,6 +174,8 @@ class Counts:
     step_flops: list = dataclasses.field(default_factory=list)    # dot flops per grid step
     elementwise: int = 0          # elements produced by the other work (the vector units)
     transcendental: int = 0       # of those, elements of exp, log, tanh... (the EUP's work)
+    outer: int = 0                # of those, elements of multiplies that are outer
+    #                               products (``products``): a matmul done elementwise
     dots: dict = dataclasses.field(default_factory=dict)          # (dot shape, dtypes,
     #                               precision) per jaxcompat.dot_shape -> times executed
     executed: dict = dataclasses.field(default_factory=dict)      # primitive -> times run
@@ -189,12 +197,15 @@ class Counts:
     #                               of every store of a known value (zeros, -inf) over the
     #                               whole of a scratch: where its sum or statistic starts
 
-    def carrying(self, name: str) -> int:
+    def carrying(self, name: str, remote: bool = False) -> int:
         """How many times ``name`` ran while a copy was in flight whose data is used (it
         lands in a ref that is read on the way to an output, or in an output), a dot only
-        where its own result is used: compute overlapped with the copies that matter."""
+        where its own result is used: compute overlapped with the copies that matter.
+        ``remote``: a copy between devices (a dot only)."""
         if name == "dot_general":
-            return self.uses.used_runs(self.device, overlapped=True)
+            return self.uses.used_runs(self.device, overlapped=True, remote=remote)
+        if remote:
+            raise ValueError("carrying(remote=True) follows dots only")
         return sum(1 for lands in self.during.get(name, ()) if any(map(self.uses.live, lands)))
 
     @property
@@ -571,8 +582,11 @@ class Walk:
         for n, (var, value) in enumerate(zip(jaxpr.invars, args)):
             env[var] = value
             known[var] = marks[n] if n < len(marks) else NONE
+        outer = products.outer_muls(jaxpr)
         for eqn in jaxpr.eqns:
             values = [read(v) for v in eqn.invars]
+            if outer and id(eqn) in outer:
+                self.counts.outer += _elements(eqn.outvars[0])
             outs = self.equation(eqn, values)
             if isinstance(outs, types.GeneratorType):   # control flow, or a wait
                 outs = yield from outs
@@ -582,9 +596,11 @@ class Walk:
                 env[var] = value
         return [read(v) for v in jaxpr.outvars]
 
-    def _landing(self) -> tuple:
-        """The refs the copies in flight land in (on this device or another)."""
-        return tuple(copy.lands for copy in self.ledger.in_flight if copy.lands is not None)
+    def _landing(self, remote: bool = False) -> tuple:
+        """The refs the copies in flight land in (on this device or another); ``remote``:
+        of the copies between devices only (sent from here, or landing here)."""
+        return tuple(copy.lands for copy in self.ledger.in_flight if copy.lands is not None
+                     and (not remote or copy.send or copy.sender is not None))
 
     # -- which dots' results each value was computed from (Uses)
     def marks_of(self, variables) -> list:
@@ -700,7 +716,8 @@ class Walk:
             flops, dtype = _dot_flops(eqn), str(eqn.invars[0].aval.dtype)
             self.counts.flops += flops
             self.counts.dot_flops[dtype] = self.counts.dot_flops.get(dtype, 0) + flops
-            self._dot_run = self.uses.run(flops, self.counts.device, self._landing(), eqn)
+            self._dot_run = self.uses.run(flops, self.counts.device, self._landing(), eqn,
+                                          self._landing(remote=True))
             if not all(any(m < 0 for m in marks) for marks in self.marks_of(eqn.invars[:2])):
                 self.uses.constant.add(self._dot_run)
             key = jaxcompat.dot_shape(eqn)
@@ -833,6 +850,7 @@ def _cond(outer: Walk, view: jaxcompat.Branches, eqn, values):
         raise Uncountable("a pl.when or lax.cond whose condition depends on data the "
                           "kernel loaded, with a DMA start or wait inside")
     counted, written, ran, busiest, dots, shapes, eup = [], [], {}, 0, {}, {}, 0
+    products_done = 0
     out_marks = [NONE] * len(eqn.outvars)
     for number, (jaxpr, consts) in enumerate(view.programs):
         walk = Walk(outer.grid, outer.point, Counts(device=outer.counts.device),
@@ -851,6 +869,7 @@ def _cond(outer: Walk, view: jaxcompat.Branches, eqn, values):
         written.append(copies)
         if walk.counts.elementwise >= busiest:
             busiest, eup = walk.counts.elementwise, walk.counts.transcendental
+        products_done = max(products_done, walk.counts.outer)
         dots = walk.counts.dot_flops or dots
         shapes = walk.counts.dots or shapes
         for name, times in walk.counts.executed.items():   # the busier branch
@@ -866,6 +885,7 @@ def _cond(outer: Walk, view: jaxcompat.Branches, eqn, values):
     outer.counts.flops += counted[0][0]
     outer.counts.elementwise += busiest
     outer.counts.transcendental += eup
+    outer.counts.outer += products_done
     for dtype, flops in dots.items():
         outer.counts.dot_flops[dtype] = outer.counts.dot_flops.get(dtype, 0) + flops
     for key, times in shapes.items():
@@ -1066,6 +1086,7 @@ def projected_counts(call, prefetch: list) -> tuple[Counts, int]:
         counts.flops *= times
         counts.elementwise *= times
         counts.transcendental *= times
+        counts.outer *= times
         counts.dot_flops = {k: v * times for k, v in counts.dot_flops.items()}
         counts.dots = {k: v * times for k, v in counts.dots.items()}
         counts.dmas = [(a, b, n * times) for a, b, n in counts.dmas]

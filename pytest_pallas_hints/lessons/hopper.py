@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 
 from .. import gpu_walk, jaxcompat
-from ..checking import fail, line_of
+from ..checking import OUTER_SHARE, fail, line_of
 from ..frozen import np
 from .common import f64
 
@@ -115,14 +115,17 @@ def check_ring_overlaps(ran, tiles: int):
 
 def check_smem_used(ran, what):
     """The data passes through the kernel's own SMEM: a store into one of its SMEM
-    buffers and a load from it."""
-    stores, loads = set(), set()
+    buffers, and a load from it whose values move the output (run again with what the
+    loads return doubled in half its elements, the output changes)."""
+    stores, loads, gets = set(), set(), {}
 
     def walk(jaxpr, owned):
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
             if name in ("swap", "get") and eqn.invars[0] in owned:
                 (stores if name == "swap" else loads).add(owned[eqn.invars[0]])
+                if name == "get":
+                    gets.setdefault(owned[eqn.invars[0]], []).append(id(eqn))
             view = jaxcompat.control(eqn)
             if isinstance(view, jaxcompat.Scoped):
                 inner, _ = view.body
@@ -143,6 +146,16 @@ def check_smem_used(ran, what):
             "from there (tile[...]) for the store into o_ref."),
             [("smem", f"stored into: {'yes' if stores else 'no'} · loaded from: "
                       f"{'yes' if loads else 'no'}")])
+    through = [eqn for buffer in stores & loads for eqn in gets[buffer]]
+    if ran.moves_when_perturbed(through) is False:
+        fail("smem_unused", (
+            "what your kernel loads from its SMEM tile never reaches the output: the kit "
+            "ran it again with those loads' values doubled in half their elements, and "
+            "o_ref came out the same. The result goes around the tile, which is stored "
+            f"and read for nothing, where this puzzle has it go {what}. Store into o_ref "
+            "the value you load from the tile."),
+            [("smem", "stored into: yes · loaded from: yes · the loaded values move the "
+                      "output: no")])
 
 
 def kernel_parameters(ran) -> list[str]:
@@ -208,6 +221,28 @@ def check_wgmmas(ran, *, at_least, why):
 
 
 # --- 4. wgmma: the layout transforms ------------------------------------------------
+
+def check_products_on_tensor_cores(ran):
+    """The products are the wgmmas': multiplies that are a matmul written elementwise
+    (``products``: outer products, or a vector times a matrix summed) stay under
+    ``checking.OUTER_SHARE`` of the wgmmas' flops, whatever share of the result the
+    wgmmas make. Walked on the kernel's integers, every block."""
+    found = gpu_walk.walk(kernel_of(ran))
+    if found is None or not found.outer:
+        return
+    flops = sum(2 * math.prod(shape[1:]) * times for (shape, _, _), times in found.dots.items())
+    if 2 * found.outer <= OUTER_SHARE * flops:
+        return
+    fail("vpu_products", (
+        f"your kernel multiplies {found.outer:,} pairs elementwise in a pattern that is a "
+        "matrix product: an outer product (a[:, :, None] * b[None, :, :], or a column "
+        "times a row summed in a loop) or a vector times a matrix summed with jnp.sum. "
+        "That is the tensor cores' work done one multiply at a time on the CUDA cores; a "
+        "wgmma mixed in beside it does not change who did the work. Let plgpu.wgmma "
+        "compute every product of the tiles."),
+        [("work", f"wgmma flops: {flops:,} · elementwise products shaped like a matmul: "
+                  f"{2 * found.outer:,} flops")])
+
 
 def check_wgmma_transforms(wgmma_transforms, cols, dtype):
     """wgmma_transforms(cols, dtype): the widest swizzle (128, 64, 32 bytes) dividing a

@@ -508,6 +508,34 @@ class Saved:
                 [("saved", f"the residuals: {shown}")])
 
 
+def check_saved_rows_used(function, primals, cotangent, *, rows, **static):
+    """The backward uses each per-row statistic the forward saved (a float array of one
+    value per row of x, ``rows`` rows): jax.vjp run again with that residual doubled in
+    every other row, the gradients move. A backward that reads the saved value and
+    multiplies it by zero (or selects it away) to compute it again from x does not."""
+    _, vjp = jax.vjp(functools.partial(function, **static), *primals)
+    leaves, tree = jax.tree_util.tree_flatten(vjp)
+    before = [np.asarray(g) for g in jax.tree_util.tree_leaves(vjp(cotangent))]
+    for n, leaf in enumerate(leaves):
+        shape = getattr(leaf, "shape", ())
+        if (not shape or shape[0] != rows or math.prod(shape) != rows
+                or not jnp.issubdtype(leaf.dtype, jnp.floating)):
+            continue
+        every_other = (jnp.arange(rows) % 2 == 0).reshape(shape)
+        changed = list(leaves)
+        changed[n] = jnp.where(every_other, 2 * leaf, leaf)
+        after = jax.tree_util.tree_leaves(jax.tree_util.tree_unflatten(tree, changed)(cotangent))
+        if all(np.array_equal(a, np.asarray(b), equal_nan=True) for a, b in zip(before, after)):
+            fail("residual_unused", (
+                f"your backward does not use the {tuple(shape)} statistic the forward saved: "
+                "the kit ran jax.vjp's backward again with those values doubled in every "
+                "other row, and every gradient came out the same. Is it read and then "
+                "multiplied by zero, or computed again from x? The forward saved it so that "
+                "the backward would not recompute it: use the saved value."),
+                [("saved", f"residual {n} of the vjp, {tuple(shape)} "
+                           f"{np.dtype(leaf.dtype).name}: doubling half of it moves nothing")])
+
+
 def check_reads_all_of_w(ran, w, *, num_t):
     """Every token block reads all of w: at least ``num_t`` times w's bytes."""
     if ran.bytes_from(w) < num_t * w.nbytes:

@@ -275,6 +275,28 @@ def check_scales_at_the_last_step(ran, scales):
                     [("scaled", f"{site.call.name}(): a multiply by the scales outside "
                                 "every pl.when")] + learner_line(eqn))
             tainted.update(eqn.outvars)
+    check_stored_at_one_k_step(ran)
+
+
+def check_stored_at_one_k_step(ran, k_axis=2):
+    """Walked over the grid, each output tile is stored at one k step: a store (and the
+    multiply by the scales before it) under a pl.when that holds at every k step is
+    made K / bk times, and all but the last are thrown away."""
+    for run, counts in zip(ran.executed, ran.counts):
+        outputs, steps = set(run.site.call.output_refs), {}
+        for point, operand in counts.stores:
+            if operand in outputs and len(point) > k_axis:
+                tile = (operand, point[:k_axis] + point[k_axis + 1:])
+                steps.setdefault(tile, set()).add(point[k_axis])
+        most = max(map(len, steps.values()), default=0)
+        if most > 1:
+            fail("scales_every_step", (
+                f"your kernel stores an output tile at {most} k steps: the int32 sum is "
+                "finished only at the last one, so every earlier store, and the multiply by "
+                "the scales before it, is thrown away. Is the pl.when around them true at "
+                "every k? Store inside @pl.when(k == pl.num_programs(2) - 1), once per tile."),
+                [("stored", f"{run.site.call.name}(): one output tile stored at {most} of "
+                            f"the grid's {run.site.call.grid[k_axis]} k steps")])
 
 
 # --- 1. quantize: known wrong scales and roundings ----------------------------------
