@@ -1097,7 +1097,6 @@ def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | No
         if yours == amount and yours != flops:
             raise Diagnosed(name, f"your kernels do the work of a known wrong answer "
                                   f"({name.replace('_', ' ')}).", facts)
-    check_products_on_the_mxu(measured, flops)
     if used == yours and yours == flops and moving:
         _check_work_moves(measured)
     if used < yours:
@@ -1108,6 +1107,9 @@ def check_work(measured: Measured, *, flops: int, likely: Mapping[str, int] | No
             "counts. Compute each product the result needs, and use it."),
             [("work", f"dot flops executed: {yours:,} · reaching an output: {used:,} · "
                       f"needed {flops:,}")])
+    # After the dots' own verdicts: a decoy dot is named as one; a dot that moves the
+    # output beside a VPU product that does the work is named here.
+    check_products_on_the_mxu(measured, flops)
     if yours == flops:
         return
     if yours > flops:

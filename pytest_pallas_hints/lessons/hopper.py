@@ -209,8 +209,9 @@ def check_pipeline(ran, *, slots, buffers, what):
             "max_concurrent_steps slots for each BlockSpec and keeps that many copies in "
             f"flight. Pass max_concurrent_steps through (at most the number of steps), "
             f"with one BlockSpec per operand it streams ({what})."),
-            [("pipeline", f"yours {len(found)} buffer(s) of {[s[0] for s in found]} slots · "
-                          f"the puzzle's {buffers} of {slots}")])
+            [("pipeline", f"yours {len(found)} buffer(s) of {[s[0] for s in found]} slots "
+                          f"(blocks {[tuple(s[1:]) for s in found]}) · the puzzle's "
+                          f"{buffers} of {slots}")])
 
 
 def check_wgmmas(ran, *, at_least, why):

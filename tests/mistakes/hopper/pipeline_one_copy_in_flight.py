@@ -1,7 +1,7 @@
 """hopper.pipeline: max_concurrent_steps is not passed on: the pipeline keeps one copy in
 flight, and the SM waits for every slab."""
 PUZZLE = "hopper.pipeline"
-EXPECT = "hand max_concurrent_steps to plgpu.emit_pipeline"
+EXPECT = "is max_concurrent_steps handed through"
 
 
 def sum_stack_kernel(x_ref, o_ref, *, block_rows, max_concurrent_steps):

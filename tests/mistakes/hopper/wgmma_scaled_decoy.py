@@ -1,9 +1,9 @@
 """A shortcut: the tile's product is computed from registers on the CUDA cores (a_tile
 and b_tile loaded, broadcast multiply, sum over K in float32); the wgmma runs on the
 TMA-loaded tiles and its accumulator joins the result scaled by 2^-60 (a constant
-factor: used, but rounded away)."""
+factor: used, but rounded away). The CUDA cores' product is named first."""
 PUZZLE = "hopper.wgmma"
-EXPECT = "reads of a wgmma accumulator in your kernels (acc[...]) move no output"
+EXPECT = "in a pattern that is a matrix product"
 
 
 def matmul_tile_kernel(a_ref, b_ref, o_ref, a_tile, b_tile, o_tile, landed):
